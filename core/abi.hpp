@@ -1,0 +1,59 @@
+// The kernel ABI (DESIGN §4): the exported signature
+//   extern "C" PT_EXPORT int <name>(tensors..., scalars..., size_t* workspace_size,
+//                                   uint8_t* workspace, <stream_t> stream)
+// parse_signature() reads it out of a source that carries the literal KERNEL_NAME, as
+// Inductor's define_kernel hands it over; to_json() is the manifest's "abi" object, which
+// describes a call completely so a client can make it without reading the source.
+// Errors are kBadRequest naming "/source" with the reason (no KERNEL_NAME, no exported
+// signature, an argument type the ABI cannot pass, a wrong trailing argument).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace kforge::core {
+
+inline constexpr std::string_view kKernelNamePlaceholder = "KERNEL_NAME";
+
+enum class ArgKind { kTensor, kScalar, kWorkspaceSize, kWorkspace, kStream };
+std::string_view arg_kind_name(ArgKind k);
+
+struct AbiArg {
+  std::string name;   // parameter name in the signature
+  ArgKind kind = ArgKind::kScalar;
+  std::string ctype;  // normalized C type, e.g. "const half*", "int64_t"
+  // kTensor only:
+  std::string binds;              // TensorMeta name the pointer takes
+  std::optional<Dtype> dtype;     // element type, when the pointee is a known one
+  bool is_const = false;          // read-only input
+  // kScalar only: the value fixed by a template (M, N, K, leading dimensions).
+  std::optional<int64_t> value;
+};
+
+struct Abi {
+  std::string symbol;  // exported name; KERNEL_NAME until named from the key
+  std::vector<AbiArg> args;
+  std::optional<uint64_t> workspace_bytes;  // known for template kernels
+
+  std::string signature() const;  // "int <symbol>(const float* a, ...)"
+  nlohmann::json to_json() const;
+  static Result<Abi> from_json(const nlohmann::json& j);
+  std::vector<const AbiArg*> tensors() const;
+};
+
+// Finds `PT_EXPORT int KERNEL_NAME(...)` in `source` and parses its parameters.
+Result<Abi> parse_signature(std::string_view source, Backend backend);
+
+// Replaces every KERNEL_NAME token in `source` with `symbol`.
+std::string substitute_kernel_name(std::string_view source, std::string_view symbol);
+
+}  // namespace kforge::core

@@ -1,0 +1,74 @@
+// Turns a validated KernelRequest into a published cache entry: resolve archs, look up
+// the request key, parse the ABI, derive the kernel key (DESIGN §5), look it up, and on a
+// miss compile in a staging directory and publish atomically.
+// Returns the manifest with how it was served ("hit" or "miss"), or an Error: kBadRequest
+// (bad arch, bad signature), kCompileFailed (with "key", "argv", "log" in extra; the
+// failure is cached as a negative entry for negative_ttl), kTimeout (not cached: it may be
+// load), kInternal. Thread-safe: concurrent identical builds both compile and the first
+// publish wins (single-flight comes with the job queue).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/abi.hpp"
+#include "core/process.hpp"
+#include "core/request.hpp"
+#include "core/store.hpp"
+#include "core/toolchain.hpp"
+
+namespace kforge::core {
+
+struct BuildConfig {
+  std::chrono::milliseconds compile_timeout{std::chrono::minutes(5)};
+  size_t output_cap = 4 << 20;
+  std::chrono::seconds negative_ttl{600};
+};
+
+struct BuildResult {
+  nlohmann::json manifest;
+  std::string cache;                  // "hit" or "miss"
+  nlohmann::json phases_ms = nlohmann::json::object();  // time spent in each phase
+};
+
+// The key derivation, exposed for tests and for `kforge render`.
+struct KeyInputs {
+  Backend backend;
+  std::vector<std::string> archs;
+  const Toolchain* toolchain;
+  std::vector<CompileStep> steps;
+  std::string source;  // with KERNEL_NAME
+};
+std::string kernel_key(const KeyInputs& in);
+std::string kernel_symbol(Backend backend, std::string_view family, const std::string& key);
+
+class Builder {
+ public:
+  Builder(const Toolchains& toolchains, DiskStore& store, BuildConfig config,
+          Spawner spawn = run_process);
+
+  Result<BuildResult> build(const KernelRequest& req);
+
+  uint64_t compiler_runs() const { return compiler_runs_.load(); }
+  uint64_t hits() const { return hits_.load(); }
+  uint64_t misses() const { return misses_.load(); }
+
+ private:
+  Result<nlohmann::json> compile(const KernelRequest& req, const Toolchain& tc,
+                                 const std::vector<std::string>& archs, const Abi& abi,
+                                 const std::vector<CompileStep>& steps, const std::string& key,
+                                 nlohmann::json& phases);
+
+  const Toolchains& toolchains_;
+  DiskStore& store_;
+  BuildConfig config_;
+  Spawner spawn_;
+  std::atomic<uint64_t> compiler_runs_{0};
+  std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> misses_{0};
+};
+
+}  // namespace kforge::core

@@ -1,0 +1,82 @@
+#include "core/fsutil.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace kforge::core {
+
+namespace fs = std::filesystem;
+
+Result<std::string> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(ErrorKind::kNotFound, "cannot open " + path.string());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return fail(ErrorKind::kInternal, "read error on " + path.string());
+  return ss.str();
+}
+
+Result<void> write_file(const fs::path& path, std::string_view data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return fail(ErrorKind::kInternal, "cannot create " + path.string() + ": " + std::strerror(errno));
+  }
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return fail(ErrorKind::kInternal, "write " + path.string() + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    int err = errno;
+    ::close(fd);
+    return fail(ErrorKind::kInternal, "fsync " + path.string() + ": " + std::strerror(err));
+  }
+  ::close(fd);
+  return {};
+}
+
+Result<void> fsync_path(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return fail(ErrorKind::kInternal, "open " + path.string() + ": " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return fail(ErrorKind::kInternal, "fsync " + path.string() + ": " + std::strerror(err));
+  return {};
+}
+
+std::string unique_suffix() {
+  static std::atomic<unsigned long> counter{0};
+  std::ostringstream ss;
+  ss << ::getpid() << '.' << std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000
+     << '.' << counter.fetch_add(1);
+  return ss.str();
+}
+
+Result<void> write_file_atomic(const fs::path& path, std::string_view data) {
+  fs::path tmp = path;
+  tmp += ".tmp." + unique_suffix();
+  if (auto r = write_file(tmp, data); !r) return r;
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return fail(ErrorKind::kInternal, "rename into " + path.string() + " failed");
+  }
+  return fsync_path(path.parent_path());
+}
+
+}  // namespace kforge::core

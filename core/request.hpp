@@ -1,0 +1,42 @@
+// The request model for POST /kernels (DESIGN §3) and its validation. Parsing never
+// throws: every problem is a kBadRequest Error whose fields name the JSON pointer of the
+// offending value, and unknown fields are rejected so that a typo never silently does
+// nothing. Limits (source length, list lengths) are those of RequestLimits.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "core/toolchain.hpp"
+
+namespace kforge::core {
+
+struct RequestLimits {
+  size_t max_source_bytes = 1 << 20;
+  size_t max_archs = 16;
+  size_t max_string = 256;
+};
+
+struct KernelRequest {
+  Backend backend = Backend::kCpu;
+  std::vector<std::string> archs{"native"};  // as asked; resolved by the toolchain
+  std::string source;                        // source mode: the text with KERNEL_NAME
+  CompileOptions options;
+
+  // The request in canonical form (resolved archs in place of the asked ones): what the
+  // request key hashes.
+  nlohmann::json canonical(const std::vector<std::string>& resolved_archs) const;
+};
+
+Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
+                                           const RequestLimits& limits = {});
+
+// Parses a request body; invalid JSON is a kBadRequest naming the byte offset.
+Result<nlohmann::json> parse_json_body(std::string_view body, size_t max_depth = 64);
+
+}  // namespace kforge::core

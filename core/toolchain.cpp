@@ -1,0 +1,432 @@
+#include "core/toolchain.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <regex>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/hash.hpp"
+
+namespace kforge::core {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// Runs a discovery probe: short timeout, small output.
+std::optional<std::string> probe(const Spawner& spawn, std::vector<std::string> argv,
+                                 const std::string& path) {
+  ProcessSpec spec;
+  spec.argv = std::move(argv);
+  spec.cwd = "/";
+  spec.env = {"PATH=" + path, "LANG=C", "LC_ALL=C", "HOME=/tmp"};
+  spec.timeout = std::chrono::seconds(30);
+  spec.output_cap = 1 << 20;
+  auto r = spawn(spec);
+  if (!r || !r->ok()) return std::nullopt;
+  return r->output;
+}
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream ss(s);
+  std::vector<std::string> out;
+  for (std::string w; ss >> w;) out.push_back(w);
+  return out;
+}
+
+// Finds the compiler: an explicit override, then candidates, then PATH.
+fs::path locate(const char* env_var, const std::vector<std::string>& candidates,
+                const std::string& name, const std::string& path) {
+  if (const char* v = std::getenv(env_var); v && *v) return find_program(v, path);
+  for (const auto& c : candidates) {
+    if (!c.empty() && ::access(c.c_str(), X_OK) == 0) return c;
+  }
+  return find_program(name, path);
+}
+
+void finish_identity(Toolchain& tc) {
+  tc.identity = sha256_hex(tc.compiler.string() + "\n" + tc.version_text);
+  tc.available = true;
+}
+
+Toolchain discover_cpu(const Spawner& spawn, const std::string& path) {
+  Toolchain tc;
+  tc.backend = Backend::kCpu;
+  fs::path cxx = locate("KFORGE_CXX", {}, "g++", path);
+  if (cxx.empty()) {
+    tc.reason = "g++ not found on PATH (set KFORGE_CXX)";
+    return tc;
+  }
+  std::error_code ec;
+  tc.compiler = fs::canonical(cxx, ec);
+  tc.search_path = tc.compiler.parent_path().string() + ":" + kDefaultPath;
+  auto version = probe(spawn, {tc.compiler.string(), "--version"}, tc.search_path);
+  if (!version) {
+    tc.reason = tc.compiler.string() + " --version failed";
+    return tc;
+  }
+  tc.version_text = version->substr(0, version->find('\n'));
+  if (auto help = probe(spawn, {tc.compiler.string(), "-Q", "--help=target"}, tc.search_path)) {
+    auto pos = help->find("Known valid arguments for -march= option:");
+    if (pos != std::string::npos) {
+      auto line_start = help->find('\n', pos) + 1;
+      auto line_end = help->find('\n', line_start);
+      for (auto& w : words(help->substr(line_start, line_end - line_start))) {
+        if (w != "native") tc.archs.push_back(w);
+      }
+    }
+  }
+  if (tc.archs.empty()) tc.archs = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
+  if (auto nat = probe(spawn, {tc.compiler.string(), "-march=native", "-Q", "--help=target"},
+                       tc.search_path)) {
+    std::smatch m;
+    static const std::regex kMarch(R"(\n\s+-march=\s+(\S+))");
+    if (std::regex_search(*nat, m, kMarch)) tc.native = m[1].str();
+  }
+  if (!tc.native) tc.native_reason = "g++ -march=native did not report a CPU";
+  finish_identity(tc);
+  return tc;
+}
+
+Toolchain discover_cuda(const Spawner& spawn, const std::string& path) {
+  Toolchain tc;
+  tc.backend = Backend::kCuda;
+  std::string home = env_or("CUDA_HOME", env_or("CUDA_PATH", "/usr/local/cuda"));
+  fs::path nvcc = locate("KFORGE_NVCC", {home + "/bin/nvcc"}, "nvcc", path);
+  if (nvcc.empty()) {
+    tc.reason = "nvcc not found in $CUDA_HOME/bin, /usr/local/cuda/bin or on PATH (set KFORGE_NVCC)";
+    return tc;
+  }
+  std::error_code ec;
+  tc.compiler = fs::canonical(nvcc, ec);
+  tc.search_path = tc.compiler.parent_path().string() + ":" + kDefaultPath;
+  auto version = probe(spawn, {tc.compiler.string(), "--version"}, tc.search_path);
+  if (!version) {
+    tc.reason = tc.compiler.string() + " --version failed";
+    return tc;
+  }
+  tc.version_text = *version;
+  while (!tc.version_text.empty() && tc.version_text.back() == '\n') tc.version_text.pop_back();
+  if (auto codes = probe(spawn, {tc.compiler.string(), "--list-gpu-code"}, tc.search_path)) {
+    for (auto& w : words(*codes)) {
+      if (!w.starts_with("sm_")) continue;
+      tc.archs.push_back(w);
+      // Architecture-specific feature sets (wgmma, tcgen05) exist from sm_90 on.
+      if (std::atoi(w.c_str() + 3) >= 90) tc.archs.push_back(w + "a");
+    }
+  }
+  if (tc.archs.empty()) {
+    tc.reason = "nvcc --list-gpu-code reported no architectures";
+    return tc;
+  }
+  fs::path smi = find_program("nvidia-smi", path);
+  auto cap = smi.empty() ? std::nullopt
+                         : probe(spawn, {smi.string(), "--query-gpu=compute_cap",
+                                         "--format=csv,noheader"}, tc.search_path);
+  if (cap && !words(*cap).empty()) {
+    std::string c = words(*cap).front();  // "9.0"
+    c.erase(std::remove(c.begin(), c.end(), '.'), c.end());
+    tc.native = "sm_" + c;
+  } else {
+    tc.native_reason = "no NVIDIA GPU on this host (nvidia-smi found none)";
+  }
+  finish_identity(tc);
+  return tc;
+}
+
+Toolchain discover_rocm(const Spawner& spawn, const std::string& path) {
+  Toolchain tc;
+  tc.backend = Backend::kRocm;
+  std::string rocm = env_or("ROCM_PATH", "/opt/rocm");
+  fs::path hipcc = locate("KFORGE_HIPCC", {rocm + "/bin/hipcc"}, "hipcc", path);
+  if (hipcc.empty()) {
+    tc.reason = "hipcc not found in $ROCM_PATH/bin, /opt/rocm/bin or on PATH (set KFORGE_HIPCC)";
+    return tc;
+  }
+  std::error_code ec;
+  tc.compiler = fs::canonical(hipcc, ec);
+  tc.search_path = tc.compiler.parent_path().string() + ":" + kDefaultPath;
+  // An explicit --offload-arch keeps hipcc from probing for a GPU.
+  auto version = probe(spawn, {tc.compiler.string(), "--offload-arch=gfx90a", "--version"},
+                       tc.search_path);
+  if (!version) {
+    tc.reason = tc.compiler.string() + " --version failed";
+    return tc;
+  }
+  tc.version_text = *version;
+  while (!tc.version_text.empty() && tc.version_text.back() == '\n') tc.version_text.pop_back();
+  // The accepted gfx targets are those of the LLVM that hipcc drives.
+  std::smatch m;
+  static const std::regex kClang(R"(clang version (\d+))");
+  std::vector<std::string> llcs;
+  if (std::regex_search(tc.version_text, m, kClang)) llcs.push_back("/usr/lib/llvm-" + m[1].str() + "/bin/llc");
+  llcs.push_back(rocm + "/llvm/bin/llc");
+  for (const auto& llc : llcs) {
+    if (::access(llc.c_str(), X_OK) != 0) continue;
+    if (auto help = probe(spawn, {llc, "-march=amdgcn", "-mcpu=help"}, tc.search_path)) {
+      static const std::regex kGfx(R"(\b(gfx[0-9a-f]+)\s+-)");
+      std::set<std::string> seen;
+      for (auto it = std::sregex_iterator(help->begin(), help->end(), kGfx); it != std::sregex_iterator(); ++it) {
+        if (seen.insert((*it)[1].str()).second) tc.archs.push_back((*it)[1].str());
+      }
+    }
+    if (!tc.archs.empty()) break;
+  }
+  if (tc.archs.empty()) {
+    // No llc to ask: the targets every ROCm release since 5.0 compiles for.
+    tc.archs = {"gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030", "gfx1100"};
+  }
+  fs::path agents = find_program("rocm_agent_enumerator", path);
+  auto listed = agents.empty() || ::access("/dev/kfd", R_OK) != 0
+                    ? std::nullopt
+                    : probe(spawn, {agents.string()}, tc.search_path);
+  if (listed) {
+    for (auto& w : words(*listed)) {
+      if (w != "gfx000") {
+        tc.native = w;
+        break;
+      }
+    }
+  }
+  if (!tc.native) tc.native_reason = "no AMD GPU on this host (/dev/kfd absent or no agent listed)";
+  finish_identity(tc);
+  return tc;
+}
+
+void add_opt_flags(std::vector<std::string>& argv, const CompileOptions& o, Backend b) {
+  argv.push_back("-" + o.opt_level);
+  if (o.fast_math) argv.push_back(b == Backend::kCuda ? "--use_fast_math" : "-ffast-math");
+  if (o.debug_info) argv.push_back(b == Backend::kCuda ? "-lineinfo" : "-g");
+}
+
+}  // namespace
+
+nlohmann::json CompileOptions::to_json() const {
+  return {{"opt_level", opt_level}, {"fast_math", fast_math}, {"debug_info", debug_info}, {"aot", aot}};
+}
+
+std::string Toolchain::version_line() const {
+  std::istringstream in(version_text);
+  std::string first;
+  for (std::string line; std::getline(in, line);) {
+    if (first.empty()) first = line;
+    if (line.find("release") != std::string::npos || line.find("version") != std::string::npos) return line;
+  }
+  return first;
+}
+
+nlohmann::json Toolchain::to_json() const {
+  nlohmann::json j = {{"backend", backend_name(backend)}, {"available", available}};
+  if (!available) {
+    j["status"] = "unavailable";
+    j["reason"] = reason;
+    if (!compiler.empty()) j["compiler"] = compiler.string();
+    return j;
+  }
+  j["status"] = "available";
+  j["compiler"] = compiler.string();
+  j["version"] = version_text;
+  j["identity"] = identity;
+  j["archs"] = archs;
+  j["native"] = native ? nlohmann::json(*native) : nlohmann::json(nullptr);
+  if (!native) j["native_reason"] = native_reason;
+  return j;
+}
+
+Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std::string>& requested,
+                                                          const std::string& field) const {
+  std::vector<std::string> out;
+  auto accepted_list = [&] {
+    std::string s;
+    for (const auto& a : archs) s += (s.empty() ? "" : " ") + a;
+    return s;
+  };
+  for (size_t i = 0; i < requested.size(); ++i) {
+    std::string f = requested.size() > 1 ? field + "/" + std::to_string(i) : field;
+    std::string arch = requested[i];
+    if (arch == "native") {
+      if (!native) return fail_field(f, "`native` cannot be resolved: " + native_reason);
+      arch = *native;
+    }
+    std::string base = arch;
+    if (backend == Backend::kRocm) {
+      // Target IDs: gfx90a:xnack+:sramecc-
+      std::stringstream ss(arch);
+      std::getline(ss, base, ':');
+      for (std::string feat; std::getline(ss, feat, ':');) {
+        if (feat != "xnack+" && feat != "xnack-" && feat != "sramecc+" && feat != "sramecc-") {
+          return fail_field(f, "unknown target feature `" + feat + "` in `" + arch +
+                                   "` (allowed: xnack+ xnack- sramecc+ sramecc-)");
+        }
+      }
+    }
+    if (std::find(archs.begin(), archs.end(), base) == archs.end()) {
+      Error e = Error::bad_field(f, "arch `" + arch + "` is not accepted by " + compiler.string() +
+                                        "; accepted: " + accepted_list());
+      e.extra["accepted_archs"] = archs;
+      return std::unexpected(e);
+    }
+    if (std::find(out.begin(), out.end(), arch) != out.end()) {
+      return fail_field(f, "arch `" + arch + "` is listed twice");
+    }
+    out.push_back(arch);
+  }
+  if (out.empty()) return fail_field(field, "at least one arch is required");
+  if (backend == Backend::kCpu && out.size() != 1) {
+    return fail_field(field, "the cpu backend builds for exactly one -march target");
+  }
+  return out;
+}
+
+std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>& arch_list,
+                                                  const CompileOptions& o,
+                                                  const std::string& source_file) const {
+  std::vector<std::string> common{compiler.string(), "-std=c++17"};
+  std::vector<std::string> arch_flags;
+  std::vector<std::string> shared_flags;
+  std::vector<std::string> link_flags;  // only when linking a separate object
+  switch (backend) {
+    case Backend::kCpu:
+      arch_flags = {"-march=" + arch_list.front(), "-fPIC", "-fopenmp"};
+      shared_flags = {"-shared"};
+      link_flags = {"-fopenmp"};
+      break;
+    case Backend::kCuda:
+      for (const auto& a : arch_list) {
+        std::string num = a.substr(3);
+        arch_flags.push_back("-gencode");
+        arch_flags.push_back("arch=compute_" + num + ",code=[sm_" + num + ",compute_" + num + "]");
+      }
+      arch_flags.insert(arch_flags.end(), {"-Xcompiler", "-fPIC", "-Xptxas", "-v"});
+      shared_flags = {"-shared", "-cudart", "shared"};
+      break;
+    case Backend::kRocm:
+      for (const auto& a : arch_list) arch_flags.push_back("--offload-arch=" + a);
+      arch_flags.insert(arch_flags.end(), {"-fPIC", "-Rpass-analysis=kernel-resource-usage"});
+      shared_flags = {"-shared", "-fPIC"};
+      break;
+  }
+  auto cmd = common;
+  add_opt_flags(cmd, o, backend);
+  cmd.insert(cmd.end(), arch_flags.begin(), arch_flags.end());
+  if (!o.aot) {
+    cmd.insert(cmd.end(), shared_flags.begin(), shared_flags.end());
+    cmd.insert(cmd.end(), {source_file, "-o", "kernel.so"});
+    return {CompileStep{cmd, "kernel.so"}};
+  }
+  cmd.insert(cmd.end(), {"-c", source_file, "-o", "kernel.o"});
+  std::vector<std::string> link{compiler.string()};
+  if (backend == Backend::kRocm) {
+    for (const auto& a : arch_list) link.push_back("--offload-arch=" + a);
+  }
+  link.insert(link.end(), shared_flags.begin(), shared_flags.end());
+  link.insert(link.end(), link_flags.begin(), link_flags.end());
+  link.insert(link.end(), {"kernel.o", "-o", "kernel.so"});
+  return {CompileStep{cmd, "kernel.o"}, CompileStep{link, "kernel.so"}};
+}
+
+std::vector<std::string> Toolchain::child_env(const fs::path& job_dir) const {
+  return {"PATH=" + search_path, "HOME=" + job_dir.string(), "TMPDIR=" + job_dir.string(),
+          "LANG=C", "LC_ALL=C"};
+}
+
+nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
+                                    const std::vector<std::string>& archs) {
+  nlohmann::json out = nlohmann::json::array();
+  std::istringstream in(log);
+  std::string line;
+  std::smatch m;
+  auto num = [](const std::string& s, const std::regex& re) -> nlohmann::json {
+    std::smatch mm;
+    if (std::regex_search(s, mm, re)) return std::stoll(mm[1].str());
+    return nullptr;
+  };
+  if (backend == Backend::kCuda) {
+    static const std::regex kEntry(R"(Compiling entry function '([^']+)' for '([^']+)')");
+    static const std::regex kStack(R"((\d+) bytes stack frame)"), kSpillSt(R"((\d+) bytes spill stores)"),
+        kSpillLd(R"((\d+) bytes spill loads)"), kRegs(R"(Used (\d+) registers)"),
+        kSmem(R"((\d+) bytes smem)"), kBarriers(R"(used (\d+) barriers)");
+    nlohmann::json* cur = nullptr;
+    while (std::getline(in, line)) {
+      if (std::regex_search(line, m, kEntry)) {
+        out.push_back({{"function", m[1].str()}, {"arch", m[2].str()}, {"registers", nullptr},
+                       {"spill_stores", 0}, {"spill_loads", 0}, {"stack_bytes", 0},
+                       {"shared_bytes", 0}, {"barriers", 0}});
+        cur = &out.back();
+        continue;
+      }
+      if (!cur) continue;
+      if (line.find("stack frame") != std::string::npos) {
+        (*cur)["stack_bytes"] = num(line, kStack);
+        (*cur)["spill_stores"] = num(line, kSpillSt);
+        (*cur)["spill_loads"] = num(line, kSpillLd);
+      } else if (line.find("Used ") != std::string::npos) {
+        (*cur)["registers"] = num(line, kRegs);
+        auto smem = num(line, kSmem);
+        (*cur)["shared_bytes"] = smem.is_null() ? nlohmann::json(0) : smem;
+        auto bar = num(line, kBarriers);
+        (*cur)["barriers"] = bar.is_null() ? nlohmann::json(0) : bar;
+      }
+    }
+  } else if (backend == Backend::kRocm) {
+    static const std::regex kRemark(R"(remark:\s+(?:Function Name: (\S+)|\s*([A-Za-z ]+?)(?: \[[^\]]*\])?: (\d+)) )");
+    nlohmann::json* cur = nullptr;
+    while (std::getline(in, line)) {
+      line += ' ';
+      if (!std::regex_search(line, m, kRemark)) continue;
+      if (m[1].matched) {
+        out.push_back({{"function", m[1].str()}});
+        cur = &out.back();
+        continue;
+      }
+      if (!cur) continue;
+      static const std::vector<std::pair<std::string, std::string>> kNames = {
+          {"SGPRs", "sgprs"}, {"VGPRs", "vgprs"}, {"AGPRs", "agprs"},
+          {"ScratchSize", "scratch_bytes_per_lane"}, {"Occupancy", "occupancy_waves_per_simd"},
+          {"SGPRs Spill", "sgpr_spills"}, {"VGPRs Spill", "vgpr_spills"}, {"LDS Size", "lds_bytes"}};
+      for (const auto& [from, to] : kNames) {
+        if (m[2].str() == from) (*cur)[to] = std::stoll(m[3].str());
+      }
+    }
+    // clang compiles the offload targets in sorted order, one remark block each.
+    std::vector<std::string> sorted = archs;
+    std::sort(sorted.begin(), sorted.end());
+    std::map<std::string, size_t> seen;
+    size_t functions = 0;
+    for (auto& e : out) functions += seen[e["function"]]++ == 0;
+    if (!sorted.empty() && out.size() == functions * sorted.size()) {
+      seen.clear();
+      for (auto& e : out) e["arch"] = sorted[seen[e["function"]]++];
+    }
+  }
+  return out;
+}
+
+Toolchains Toolchains::discover(const Spawner& spawn) {
+  std::string path = env_or("PATH", kDefaultPath);
+  return Toolchains({discover_cpu(spawn, path), discover_cuda(spawn, path), discover_rocm(spawn, path)});
+}
+
+const Toolchain& Toolchains::get(Backend b) const {
+  for (const auto& t : all_) {
+    if (t.backend == b) return t;
+  }
+  throw std::logic_error("no toolchain entry for backend");
+}
+
+nlohmann::json Toolchains::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& t : all_) j[std::string(backend_name(t.backend))] = t.to_json();
+  return j;
+}
+
+}  // namespace kforge::core

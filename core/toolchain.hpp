@@ -1,0 +1,86 @@
+// Compiler discovery and the compile command per backend (DESIGN §6).
+// Toolchains::discover() finds g++, nvcc and hipcc (overridable with KFORGE_CXX, KFORGE_NVCC,
+// KFORGE_HIPCC), runs each for its version text and accepted archs, and resolves what
+// `native` means on this host. A backend whose compiler is missing, or fails to report a
+// version, is marked unavailable with the reason; it is never hidden.
+// The identity digest (sha256 of realpath + version text) enters every kernel key, so a
+// compiler upgrade can never serve a stale artifact.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "core/process.hpp"
+
+namespace kforge::core {
+
+struct CompileOptions {
+  std::string opt_level = "O3";  // O0 O1 O2 O3 Os
+  bool fast_math = false;
+  bool debug_info = false;
+  bool aot = false;              // also keep the relocatable object (kernel.o)
+
+  nlohmann::json to_json() const;
+};
+
+struct CompileStep {
+  std::vector<std::string> argv;  // argv[0] is the compiler's absolute path
+  std::string output;             // file name the step produces in the job directory
+};
+
+struct Toolchain {
+  Backend backend = Backend::kCpu;
+  bool available = false;
+  std::string reason;                 // why unavailable
+  std::filesystem::path compiler;     // realpath
+  std::string version_text;
+  std::string identity;               // sha256(realpath + "\n" + version text)
+  std::vector<std::string> archs;     // accepted targets
+  std::optional<std::string> native;  // what `native` resolves to here
+  std::string native_reason;          // why `native` cannot be resolved
+  std::string search_path;            // PATH handed to the compiler
+
+  nlohmann::json to_json() const;
+  std::string version_line() const;  // the line of version_text that names the version
+
+  // Resolves `native`, checks each arch against the accepted list. `field` is the JSON
+  // pointer used in errors ("/arch"); a list gets "/arch/<i>". The answer lists the
+  // accepted archs so the client can correct itself.
+  Result<std::vector<std::string>> resolve_archs(const std::vector<std::string>& requested,
+                                                 const std::string& field) const;
+
+  // The compile steps for `source_file` (relative to the job directory): one step, or with
+  // options.aot a compile to kernel.o and a link to kernel.so.
+  std::vector<CompileStep> compile_steps(const std::vector<std::string>& archs,
+                                         const CompileOptions& options,
+                                         const std::string& source_file) const;
+
+  // Environment for a compiler child: PATH, HOME and TMPDIR (the job dir), C locale.
+  std::vector<std::string> child_env(const std::filesystem::path& job_dir) const;
+};
+
+// Resource usage from `ptxas -v` (cuda) or hipcc's kernel-resource-usage remarks (rocm):
+// an array with one object per (function, arch). Empty for cpu.
+nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
+                                    const std::vector<std::string>& archs);
+
+class Toolchains {
+ public:
+  static Toolchains discover(const Spawner& spawn = run_process);
+  // For tests: a fixed set.
+  explicit Toolchains(std::vector<Toolchain> all) : all_(std::move(all)) {}
+
+  const Toolchain& get(Backend b) const;
+  nlohmann::json to_json() const;
+
+ private:
+  std::vector<Toolchain> all_;
+};
+
+}  // namespace kforge::core
