@@ -78,6 +78,7 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
     j["compile"] = m["compile"];
     j["compile"].erase("log_text");
   }
+  if (m.contains("code_objects")) j["code_objects"] = m["code_objects"];
   if (m.contains("expires_at")) j["expires_at"] = m["expires_at"];
   return j;
 }
@@ -204,6 +205,12 @@ void Server::routes() {
           }
           res.set_content(std::move(*data), binary ? "application/octet-stream" : "text/plain; charset=utf-8");
         });
+
+  // Whatever else hangs under /kernels/ is a malformed key (or a traversal attempt).
+  h.Get(R"(/kernels/(.*))", [](const httplib::Request& req, httplib::Response& res) {
+    std::string key;
+    if (valid_key(req, res, key)) send_problem(res, problem_json(404, "no route for " + req.path));
+  });
 
   route("GET", "/toolchains", "/toolchains", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, toolchains_.to_json());

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/codeobj.hpp"
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 
@@ -208,6 +209,12 @@ Result<nlohmann::json> Builder::compile(const KernelRequest& req, const Toolchai
     if (!published) e.extra["cache_error"] = published.error().message;
     return std::unexpected(e);
   }
+  auto objects = list_code_objects(*staging / "kernel.so");
+  if (!objects) {
+    return fail(ErrorKind::kInternal, "the compiler exited 0 but kernel.so is unreadable: " +
+                                          objects.error().message);
+  }
+  manifest["code_objects"] = to_json(*objects);
   manifest["status"] = "ok";
   manifest["compile"] = compile_info;
   t = Clock::now();

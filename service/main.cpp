@@ -43,8 +43,9 @@ e.g. KFORGE_PORT; a flag wins over the environment):
 The first line on stdout is `listening on http://HOST:PORT`.
 
 kforge submit FILE --server URL [--out DIR]
-  POSTs FILE to URL/kernels; with --out, writes <name>.so, the source, <name>.py (the
-  ctypes wrapper) and <name>.h (the C++ wrapper) into DIR. Prints the summary.
+  POSTs FILE to URL/kernels; with --out, writes <name>.so, the source, <name>_wrapper.py
+  (the ctypes wrapper; it loads <name>.so beside it), <name>.h (the C++ wrapper) and
+  <name>.json (the full answer) into DIR. Prints the summary.
 
 kforge toolchains [--server URL]
 )";
@@ -254,11 +255,11 @@ int submit(const Args& a) {
     bool ok = fetch(j["artifact"]["url"], out / (name + ".so")) &&
               fetch(j["source_url"], out / (name + ext)) &&
               (!j.contains("object") || fetch(j["object"]["url"], out / (name + ".o"))) &&
-              core::write_file_atomic(out / (name + ".py"), j["wrapper"]["python"].get<std::string>()) &&
+              core::write_file_atomic(out / (name + "_wrapper.py"), j["wrapper"]["python"].get<std::string>()) &&
               core::write_file_atomic(out / (name + ".h"), j["wrapper"]["cpp"].get<std::string>()) &&
               core::write_file_atomic(out / (name + ".json"), j.dump(2));
     if (!ok) return 1;
-    std::cout << "written  " << (out / name).string() << ".{so," << ext.substr(1) << ",py,h,json}\n";
+    std::cout << "written  " << (out / name).string() << ".{so," << ext.substr(1) << ",h,json} and " << name << "_wrapper.py\n";
   }
   return 0;
 }

@@ -1,0 +1,102 @@
+#include "integration/server_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <stdexcept>
+
+namespace kforge::testing {
+
+ServerProcess::ServerProcess(const std::filesystem::path& cache_dir, const std::filesystem::path& log,
+                             std::vector<std::string> extra_args) {
+  std::vector<std::string> args = {KFORGE_BINARY, "serve", "--port", "0", "--cache-dir", cache_dir.string()};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2];
+  if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    int err = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    ::close(out[0]);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string line;
+  char c;
+  while (line.find('\n') == std::string::npos) {
+    struct pollfd p{out[0], POLLIN, 0};
+    if (::poll(&p, 1, 60000) <= 0 || ::read(out[0], &c, 1) != 1) break;
+    line.push_back(c);
+  }
+  ::close(out[0]);
+  const std::string prefix = "listening on ";
+  if (!line.starts_with(prefix)) {
+    throw std::runtime_error("kforge serve did not start (see " + log.string() + "); got: " + line);
+  }
+  url_ = line.substr(prefix.size());
+  while (!url_.empty() && (url_.back() == '\n' || url_.back() == '\r')) url_.pop_back();
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+}
+
+void ServerProcess::kill9() {
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+bool ServerProcess::alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+
+httplib::Client ServerProcess::client() const {
+  httplib::Client c(url_);
+  c.set_read_timeout(600);
+  return c;
+}
+
+namespace {
+Reply to_reply(const httplib::Result& r) {
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.content_type = r->get_header_value("Content-Type");
+  out.body = nlohmann::json::parse(r->body, nullptr, false);
+  return out;
+}
+}  // namespace
+
+Reply post_json(const ServerProcess& s, const std::string& path, const std::string& body) {
+  auto c = s.client();
+  return to_reply(c.Post(path, body, "application/json"));
+}
+
+Reply get(const ServerProcess& s, const std::string& path, const httplib::Headers& headers) {
+  auto c = s.client();
+  return to_reply(c.Get(path, headers));
+}
+
+double metric(const ServerProcess& s, const std::string& series) {
+  auto r = get(s, "/metrics");
+  std::istringstream in(r.raw);
+  for (std::string line; std::getline(in, line);) {
+    if (line.starts_with(series + " ")) return std::stod(line.substr(series.size() + 1));
+  }
+  throw std::runtime_error("metric " + series + " not found");
+}
+
+}  // namespace kforge::testing
