@@ -285,7 +285,8 @@ TEST_F(Kernels, HipSourceForGfx90aAndGfx1030) {
   fs::path so = download(r.body["artifact"]["url"], "k.so");
   EXPECT_NE(exported_symbols(so).find(" T " + name), std::string::npos);
   std::set<std::string> archs;
-  for (const auto& o : core::list_code_objects(so).value()) archs.insert(o.arch);
+  const auto objects = core::list_code_objects(so).value();
+  for (const auto& o : objects) archs.insert(o.arch);
   EXPECT_EQ(archs, (std::set<std::string>{"gfx90a", "gfx1030"}));
   // Cross-check with LLVM's own bundler where Debian ships it.
   fs::path bundler = core::find_program("clang-offload-bundler", "/usr/lib/llvm-15/bin:/usr/lib/llvm-14/bin:/usr/bin");

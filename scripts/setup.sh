@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what kforge needs from Debian (once), then configures and builds into a
+# build directory. Usage: scripts/setup.sh [BUILD_DIR] [extra cmake args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD_DIR=${1:-build}
+shift || true
+
+PACKAGES=(
+  build-essential cmake pkg-config ccache git binutils
+  libcpp-httplib-dev nlohmann-json3-dev libssl-dev
+  libgtest-dev googletest libbenchmark-dev
+  hipcc libamdhip64-dev llvm-15 clang-tools-15
+  libffi-dev libopenblas-dev bubblewrap
+  python3 python3-numpy curl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# CUDA is not in Debian main; kforge uses the toolkit at /usr/local/cuda (or $CUDA_HOME).
+if [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && ! command -v nvcc >/dev/null; then
+  echo "setup: nvcc not found (install the CUDA toolkit at /usr/local/cuda); the cuda backend will be unavailable"
+fi
+
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
+cmake --build "$BUILD_DIR" -j"$(nproc)"
