@@ -1,34 +1,51 @@
 #include "api/problem.hpp"
 
-
 namespace kforge::api {
 namespace {
 
 const char* slug(int status) {
   switch (status) {
-    case 400: return "bad-request";
-    case 401: return "unauthorized";
-    case 403: return "forbidden";
-    case 404: return "not-found";
-    case 405: return "method-not-allowed";
-    case 413: return "payload-too-large";
-    case 422: return "compile-failed";
-    case 503: return "unavailable";
-    default: return status >= 500 ? "internal-error" : "error";
+    case 400:
+      return "bad-request";
+    case 401:
+      return "unauthorized";
+    case 403:
+      return "forbidden";
+    case 404:
+      return "not-found";
+    case 405:
+      return "method-not-allowed";
+    case 413:
+      return "payload-too-large";
+    case 422:
+      return "compile-failed";
+    case 503:
+      return "unavailable";
+    default:
+      return status >= 500 ? "internal-error" : "error";
   }
 }
 
 const char* title(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Content";
-    case 503: return "Service Unavailable";
-    default: return status >= 500 ? "Internal Server Error" : "Error";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 413:
+      return "Payload Too Large";
+    case 422:
+      return "Unprocessable Content";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return status >= 500 ? "Internal Server Error" : "Error";
   }
 }
 
@@ -36,13 +53,20 @@ const char* title(int status) {
 
 int status_for(core::ErrorKind kind) {
   switch (kind) {
-    case core::ErrorKind::kBadRequest: return 400;
-    case core::ErrorKind::kUnavailable: return 400;  // asks for a backend this host lacks
-    case core::ErrorKind::kNotFound: return 404;
-    case core::ErrorKind::kTooLarge: return 413;
-    case core::ErrorKind::kCompileFailed: return 422;
-    case core::ErrorKind::kTimeout: return 422;      // the source made the compiler run away
-    case core::ErrorKind::kInternal: return 500;
+    case core::ErrorKind::kBadRequest:
+      return 400;
+    case core::ErrorKind::kUnavailable:
+      return 400;  // asks for a backend this host lacks
+    case core::ErrorKind::kNotFound:
+      return 404;
+    case core::ErrorKind::kTooLarge:
+      return 413;
+    case core::ErrorKind::kCompileFailed:
+      return 422;
+    case core::ErrorKind::kTimeout:
+      return 422;  // the source made the compiler run away
+    case core::ErrorKind::kInternal:
+      return 500;
   }
   return 500;
 }
@@ -63,7 +87,7 @@ nlohmann::json problem_json(const core::Error& error) {
 
 nlohmann::json problem_json(int status, const std::string& detail, const std::string& field) {
   core::Error e;
-  e.kind = status == 404 ? core::ErrorKind::kNotFound
+  e.kind = status == 404   ? core::ErrorKind::kNotFound
            : status == 413 ? core::ErrorKind::kTooLarge
            : status >= 500 ? core::ErrorKind::kInternal
                            : core::ErrorKind::kBadRequest;

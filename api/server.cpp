@@ -30,7 +30,9 @@ void send_problem(httplib::Response& res, const nlohmann::json& problem) {
   res.set_content(problem.dump(2) + "\n", kProblemType);
 }
 
-void send_error(httplib::Response& res, const core::Error& e) { send_problem(res, problem_json(e)); }
+void send_error(httplib::Response& res, const core::Error& e) {
+  send_problem(res, problem_json(e));
+}
 
 // Checks the {key} path parameter before it touches the disk.
 bool valid_key(const httplib::Request& req, httplib::Response& res, std::string& key) {
@@ -102,17 +104,18 @@ Server::Server(ServerConfig config, core::Builder& builder, core::DiskStore& sto
                                              : "the request could not be processed";
     send_problem(res, problem_json(res.status, detail, res.status == 413 ? "/" : ""));
   });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    std::cerr << "kforge: internal error: " << what << "\n";
-    send_problem(res, problem_json(500, "internal error: " + what));
-  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        std::cerr << "kforge: internal error: " << what << "\n";
+        send_problem(res, problem_json(500, "internal error: " + what));
+      });
   http_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
     std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
   });
@@ -122,8 +125,9 @@ Server::Server(ServerConfig config, core::Builder& builder, core::DiskStore& sto
 Server::~Server() = default;
 
 core::Result<int> Server::bind() {
-  int port = config_.port == 0 ? http_->bind_to_any_port(config_.host)
-                               : (http_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
+  int port = config_.port == 0
+                 ? http_->bind_to_any_port(config_.host)
+                 : (http_->bind_to_port(config_.host, config_.port) ? config_.port : -1);
   if (port <= 0) {
     return core::fail(core::ErrorKind::kInternal,
                       "cannot bind " + config_.host + ":" + std::to_string(config_.port));
@@ -131,8 +135,12 @@ core::Result<int> Server::bind() {
   return port;
 }
 
-void Server::run() { http_->listen_after_bind(); }
-void Server::stop() { http_->stop(); }
+void Server::run() {
+  http_->listen_after_bind();
+}
+void Server::stop() {
+  http_->stop();
+}
 
 void Server::routes() {
   auto& h = *http_;
@@ -140,71 +148,79 @@ void Server::routes() {
   auto route = [&](const char* method, std::string api_path, const std::string& pattern,
                    httplib::Server::Handler handler) {
     routes_.push_back({method, std::move(api_path)});
-    if (std::string(method) == "POST") h.Post(pattern, std::move(handler));
-    else h.Get(pattern, std::move(handler));
+    if (std::string(method) == "POST")
+      h.Post(pattern, std::move(handler));
+    else
+      h.Get(pattern, std::move(handler));
   };
 
-  route("POST", "/kernels", "/kernels", [this](const httplib::Request& req, httplib::Response& res) {
-    auto body = core::parse_json_body(req.body, config_.max_json_depth);
-    if (!body) return send_error(res, body.error());
-    auto kreq = core::parse_kernel_request(*body, config_.limits);
-    if (!kreq) return send_error(res, kreq.error());
-    auto built = builder_.build(*kreq);
-    if (!built) return send_error(res, built.error());
-    nlohmann::json j = kernel_view(built->manifest);
-    j["cache"] = built->cache;
-    j["phases_ms"] = built->phases_ms;
-    send_json(res, j);
-  });
+  route("POST", "/kernels", "/kernels",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto body = core::parse_json_body(req.body, config_.max_json_depth);
+          if (!body) return send_error(res, body.error());
+          auto kreq = core::parse_kernel_request(*body, config_.limits);
+          if (!kreq) return send_error(res, kreq.error());
+          auto built = builder_.build(*kreq);
+          if (!built) return send_error(res, built.error());
+          nlohmann::json j = kernel_view(built->manifest);
+          j["cache"] = built->cache;
+          j["phases_ms"] = built->phases_ms;
+          send_json(res, j);
+        });
 
-  route("GET", "/kernels/{key}", R"(/kernels/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
-    std::string key;
-    if (!valid_key(req, res, key)) return;
-    auto m = store_.lookup(key);
-    if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
-    send_json(res, kernel_view(*m));
-  });
+  route("GET", "/kernels/{key}", R"(/kernels/([^/]+))",
+        [this](const httplib::Request& req, httplib::Response& res) {
+          std::string key;
+          if (!valid_key(req, res, key)) return;
+          auto m = store_.lookup(key);
+          if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
+          send_json(res, kernel_view(*m));
+        });
 
   for (const char* sub : {"artifact", "object", "source", "log"}) {
     routes_.push_back({"GET", std::string("/kernels/{key}/") + sub});
   }
-  h.Get(R"(/kernels/([^/]+)/(artifact|object|source|log))",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          std::string key;
-          if (!valid_key(req, res, key)) return;
-          const std::string what = req.matches[2];
-          auto m = store_.lookup(key);
-          if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
-          std::string file = what == "artifact" ? "kernel.so"
-                             : what == "object" ? "kernel.o"
-                             : what == "log"    ? "compile.log"
-                                                : m->value("source_file", "");
-          if (!(*m)["files"].contains(file)) {
-            return send_problem(res, problem_json(404, "kernel " + key + " has no " + what +
-                                                           (what == "object" ? " (it was not built with options.aot)" : "")));
-          }
-          const std::string sha = (*m)["files"][file]["sha256"];
-          const std::string etag = "\"" + sha + "\"";
-          res.set_header("ETag", etag);
-          if (req.get_header_value("If-None-Match") == etag) {
-            res.status = 304;
-            return;
-          }
-          auto data = core::read_file(store_.entry_dir(key) / file);
-          // Checked again as it is served: bytes flipped since the lookup are never sent.
-          if (!data || core::sha256_hex(*data) != sha) {
-            store_.remove_entry(key);
-            return send_problem(res, problem_json(404, "kernel " + key +
-                                                           " was corrupt on disk and has been removed; submit it again"));
-          }
-          bool binary = what == "artifact" || what == "object";
-          if (binary) {
-            res.set_header("Content-Disposition", "attachment; filename=\"" +
-                                                      m->value("kernel_name", key) +
-                                                      (what == "artifact" ? ".so\"" : ".o\""));
-          }
-          res.set_content(std::move(*data), binary ? "application/octet-stream" : "text/plain; charset=utf-8");
-        });
+  h.Get(R"(/kernels/([^/]+)/(artifact|object|source|log))", [this](const httplib::Request& req,
+                                                                   httplib::Response& res) {
+    std::string key;
+    if (!valid_key(req, res, key)) return;
+    const std::string what = req.matches[2];
+    auto m = store_.lookup(key);
+    if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
+    std::string file = what == "artifact" ? "kernel.so"
+                       : what == "object" ? "kernel.o"
+                       : what == "log"    ? "compile.log"
+                                          : m->value("source_file", "");
+    if (!(*m)["files"].contains(file)) {
+      return send_problem(
+          res,
+          problem_json(404, "kernel " + key + " has no " + what +
+                                (what == "object" ? " (it was not built with options.aot)" : "")));
+    }
+    const std::string sha = (*m)["files"][file]["sha256"];
+    const std::string etag = "\"" + sha + "\"";
+    res.set_header("ETag", etag);
+    if (req.get_header_value("If-None-Match") == etag) {
+      res.status = 304;
+      return;
+    }
+    auto data = core::read_file(store_.entry_dir(key) / file);
+    // Checked again as it is served: bytes flipped since the lookup are never sent.
+    if (!data || core::sha256_hex(*data) != sha) {
+      store_.remove_entry(key);
+      return send_problem(
+          res, problem_json(404, "kernel " + key +
+                                     " was corrupt on disk and has been removed; submit it again"));
+    }
+    bool binary = what == "artifact" || what == "object";
+    if (binary) {
+      res.set_header("Content-Disposition", "attachment; filename=\"" +
+                                                m->value("kernel_name", key) +
+                                                (what == "artifact" ? ".so\"" : ".o\""));
+    }
+    res.set_content(std::move(*data),
+                    binary ? "application/octet-stream" : "text/plain; charset=utf-8");
+  });
 
   // Whatever else hangs under /kernels/ is a malformed key (or a traversal attempt).
   h.Get(R"(/kernels/(.*))", [](const httplib::Request& req, httplib::Response& res) {
@@ -212,9 +228,10 @@ void Server::routes() {
     if (valid_key(req, res, key)) send_problem(res, problem_json(404, "no route for " + req.path));
   });
 
-  route("GET", "/toolchains", "/toolchains", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, toolchains_.to_json());
-  });
+  route("GET", "/toolchains", "/toolchains",
+        [this](const httplib::Request&, httplib::Response& res) {
+          send_json(res, toolchains_.to_json());
+        });
 
   route("GET", "/healthz", "/healthz", [this](const httplib::Request&, httplib::Response& res) {
     double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -233,9 +250,10 @@ void Server::routes() {
     res.set_content(m.str(), "text/plain; version=0.0.4");
   });
 
-  route("GET", "/openapi.json", "/openapi.json", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(std::string(embedded::openapi_json), kJson);
-  });
+  route("GET", "/openapi.json", "/openapi.json",
+        [](const httplib::Request&, httplib::Response& res) {
+          res.set_content(std::string(embedded::openapi_json), kJson);
+        });
 }
 
 }  // namespace kforge::api

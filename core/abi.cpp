@@ -7,7 +7,9 @@
 namespace kforge::core {
 namespace {
 
-bool is_ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
 
 // Blanks out comments and string/char literals, keeping offsets, so that a
 // `KERNEL_NAME(` inside a comment or a string is not taken for the signature.
@@ -19,23 +21,42 @@ std::string strip_comments(std::string_view src) {
     char n = i + 1 < out.size() ? out[i + 1] : '\0';
     switch (st) {
       case kCode:
-        if (c == '/' && n == '/') { st = kLine; out[i] = ' '; }
-        else if (c == '/' && n == '*') { st = kBlock; out[i] = ' '; out[++i] = ' '; }
-        else if (c == '"') { st = kStr; }
-        else if (c == '\'') { st = kChr; }
+        if (c == '/' && n == '/') {
+          st = kLine;
+          out[i] = ' ';
+        } else if (c == '/' && n == '*') {
+          st = kBlock;
+          out[i] = ' ';
+          out[++i] = ' ';
+        } else if (c == '"') {
+          st = kStr;
+        } else if (c == '\'') {
+          st = kChr;
+        }
         break;
       case kLine:
-        if (c == '\n') st = kCode; else out[i] = ' ';
+        if (c == '\n')
+          st = kCode;
+        else
+          out[i] = ' ';
         break;
       case kBlock:
-        if (c == '*' && n == '/') { st = kCode; out[i] = ' '; out[++i] = ' '; }
-        else if (c != '\n') out[i] = ' ';
+        if (c == '*' && n == '/') {
+          st = kCode;
+          out[i] = ' ';
+          out[++i] = ' ';
+        } else if (c != '\n')
+          out[i] = ' ';
         break;
       case kStr:
       case kChr:
-        if (c == '\\') { out[i] = ' '; if (i + 1 < out.size() && out[i + 1] != '\n') out[++i] = ' '; }
-        else if ((st == kStr && c == '"') || (st == kChr && c == '\'')) st = kCode;
-        else if (c != '\n') out[i] = ' ';
+        if (c == '\\') {
+          out[i] = ' ';
+          if (i + 1 < out.size() && out[i + 1] != '\n') out[++i] = ' ';
+        } else if ((st == kStr && c == '"') || (st == kChr && c == '\''))
+          st = kCode;
+        else if (c != '\n')
+          out[i] = ' ';
         break;
     }
   }
@@ -46,7 +67,10 @@ std::string collapse_spaces(std::string_view s) {
   std::string out;
   bool space = false;
   for (char c : s) {
-    if (std::isspace(static_cast<unsigned char>(c))) { space = true; continue; }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      space = true;
+      continue;
+    }
     if (space && !out.empty()) out.push_back(' ');
     space = false;
     out.push_back(c);
@@ -88,34 +112,44 @@ std::string remove_words(std::string s, std::initializer_list<std::string_view> 
     for (size_t pos = s.find(w); pos != std::string::npos; pos = s.find(w, pos)) {
       bool left = pos == 0 || !is_ident_char(s[pos - 1]);
       bool right = pos + w.size() >= s.size() || !is_ident_char(s[pos + w.size()]);
-      if (left && right) s.erase(pos, w.size()); else pos += w.size();
+      if (left && right)
+        s.erase(pos, w.size());
+      else
+        pos += w.size();
     }
   }
   return collapse_spaces(s);
 }
 
 bool is_integer_ctype(std::string_view t) {
-  static const char* kInts[] = {"int", "int32_t", "int64_t", "long", "long long", "size_t",
-                                "uint32_t", "uint64_t", "uint8_t", "int8_t", "int16_t",
-                                "uint16_t", "unsigned", "unsigned int", "bool", "ptrdiff_t",
-                                "index_t", "float", "double"};
+  static const char* kInts[] = {"int",       "int32_t",  "int64_t",  "long",         "long long",
+                                "size_t",    "uint32_t", "uint64_t", "uint8_t",      "int8_t",
+                                "int16_t",   "uint16_t", "unsigned", "unsigned int", "bool",
+                                "ptrdiff_t", "index_t",  "float",    "double"};
   for (const char* k : kInts) {
     if (t == k) return true;
   }
   return false;
 }
 
-Error sig_error(std::string message) { return Error::bad_field("/source", std::move(message)); }
+Error sig_error(std::string message) {
+  return Error::bad_field("/source", std::move(message));
+}
 
 }  // namespace
 
 std::string_view arg_kind_name(ArgKind k) {
   switch (k) {
-    case ArgKind::kTensor: return "tensor";
-    case ArgKind::kScalar: return "scalar";
-    case ArgKind::kWorkspaceSize: return "workspace_size";
-    case ArgKind::kWorkspace: return "workspace";
-    case ArgKind::kStream: return "stream";
+    case ArgKind::kTensor:
+      return "tensor";
+    case ArgKind::kScalar:
+      return "scalar";
+    case ArgKind::kWorkspaceSize:
+      return "workspace_size";
+    case ArgKind::kWorkspace:
+      return "workspace";
+    case ArgKind::kStream:
+      return "stream";
   }
   return "?";
 }
@@ -153,7 +187,8 @@ nlohmann::json Abi::to_json() const {
   }
   return {{"symbol", symbol},
           {"signature", signature()},
-          {"workspace_bytes", workspace_bytes ? nlohmann::json(*workspace_bytes) : nlohmann::json(nullptr)},
+          {"workspace_bytes",
+           workspace_bytes ? nlohmann::json(*workspace_bytes) : nlohmann::json(nullptr)},
           {"args", std::move(jargs)}};
 }
 
@@ -161,7 +196,8 @@ Result<Abi> Abi::from_json(const nlohmann::json& j) {
   try {
     Abi abi;
     abi.symbol = j.at("symbol").get<std::string>();
-    if (!j.at("workspace_bytes").is_null()) abi.workspace_bytes = j.at("workspace_bytes").get<uint64_t>();
+    if (!j.at("workspace_bytes").is_null())
+      abi.workspace_bytes = j.at("workspace_bytes").get<uint64_t>();
     for (const auto& ja : j.at("args")) {
       AbiArg a;
       a.name = ja.at("name").get<std::string>();
@@ -203,7 +239,8 @@ Result<Abi> parse_signature(std::string_view source, Backend backend) {
     if (code[close] == '(') ++depth;
     if (code[close] == ')') --depth;
   }
-  if (depth != 0) return std::unexpected(sig_error("unbalanced parentheses in the KERNEL_NAME signature"));
+  if (depth != 0)
+    return std::unexpected(sig_error("unbalanced parentheses in the KERNEL_NAME signature"));
   std::string_view params(code.data() + open, close - 1 - open);
 
   Abi abi;
@@ -218,8 +255,8 @@ Result<Abi> parse_signature(std::string_view source, Backend backend) {
     std::string name = p.substr(start, end - start);
     std::string type = normalize_type(p.substr(0, start));
     if (name.empty() || type.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) {
-      return std::unexpected(sig_error("parameter " + std::to_string(i) + " (`" + p +
-                                       "`) needs a type and a name"));
+      return std::unexpected(
+          sig_error("parameter " + std::to_string(i) + " (`" + p + "`) needs a type and a name"));
     }
     AbiArg arg;
     arg.name = name;
@@ -227,9 +264,9 @@ Result<Abi> parse_signature(std::string_view source, Backend backend) {
     abi.args.push_back(std::move(arg));
   }
   if (abi.args.size() < 3) {
-    return std::unexpected(sig_error(
-        "the signature must end with `size_t* workspace_size, uint8_t* workspace, " +
-        std::string(stream_ctype(backend)) + " stream`"));
+    return std::unexpected(
+        sig_error("the signature must end with `size_t* workspace_size, uint8_t* workspace, " +
+                  std::string(stream_ctype(backend)) + " stream`"));
   }
   const size_t n = abi.args.size();
   auto expect = [&](size_t idx, std::string_view ctype, ArgKind kind) -> Result<void> {
@@ -243,9 +280,12 @@ Result<Abi> parse_signature(std::string_view source, Backend backend) {
     a.kind = kind;
     return {};
   };
-  if (auto r = expect(n - 3, "size_t*", ArgKind::kWorkspaceSize); !r) return std::unexpected(r.error());
-  if (auto r = expect(n - 2, "uint8_t*", ArgKind::kWorkspace); !r) return std::unexpected(r.error());
-  if (auto r = expect(n - 1, stream_ctype(backend), ArgKind::kStream); !r) return std::unexpected(r.error());
+  if (auto r = expect(n - 3, "size_t*", ArgKind::kWorkspaceSize); !r)
+    return std::unexpected(r.error());
+  if (auto r = expect(n - 2, "uint8_t*", ArgKind::kWorkspace); !r)
+    return std::unexpected(r.error());
+  if (auto r = expect(n - 1, stream_ctype(backend), ArgKind::kStream); !r)
+    return std::unexpected(r.error());
 
   for (size_t i = 0; i + 3 < n; ++i) {
     AbiArg& a = abi.args[i];

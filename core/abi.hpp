@@ -28,13 +28,13 @@ enum class ArgKind { kTensor, kScalar, kWorkspaceSize, kWorkspace, kStream };
 std::string_view arg_kind_name(ArgKind k);
 
 struct AbiArg {
-  std::string name;   // parameter name in the signature
+  std::string name;  // parameter name in the signature
   ArgKind kind = ArgKind::kScalar;
   std::string ctype;  // normalized C type, e.g. "const half*", "int64_t"
   // kTensor only:
-  std::string binds;              // TensorMeta name the pointer takes
-  std::optional<Dtype> dtype;     // element type, when the pointee is a known one
-  bool is_const = false;          // read-only input
+  std::string binds;           // TensorMeta name the pointer takes
+  std::optional<Dtype> dtype;  // element type, when the pointee is a known one
+  bool is_const = false;       // read-only input
   // kScalar only: the value fixed by a template (M, N, K, leading dimensions).
   std::optional<int64_t> value;
 };

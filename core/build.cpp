@@ -48,8 +48,9 @@ std::string kernel_key(const KeyInputs& in) {
       {"format", DiskStore::kFormat},
       {"backend", backend_name(in.backend)},
       {"archs", in.archs},
-      {"compiler", {{"realpath", in.toolchain->compiler.string()},
-                    {"version_sha256", sha256_hex(in.toolchain->version_text)}}},
+      {"compiler",
+       {{"realpath", in.toolchain->compiler.string()},
+        {"version_sha256", sha256_hex(in.toolchain->version_text)}}},
       {"argv", argv},
       {"source", strip(in.source)},
   };
@@ -142,7 +143,8 @@ Result<nlohmann::json> Builder::compile(const KernelRequest& req, const Toolchai
   Abi abi = parsed;
   abi.symbol = kernel_symbol(req.backend, "kernel", key);
   const std::string src_name = "source." + std::string(source_extension(req.backend));
-  if (auto r = write_file(*staging / src_name, substitute_kernel_name(req.source, abi.symbol)); !r) {
+  if (auto r = write_file(*staging / src_name, substitute_kernel_name(req.source, abi.symbol));
+      !r) {
     return std::unexpected(r.error());
   }
   fs::path work = *staging / "work";
@@ -191,7 +193,8 @@ Result<nlohmann::json> Builder::compile(const KernelRequest& req, const Toolchai
       {"archs", archs},
       {"source_file", src_name},
       {"abi", abi.to_json()},
-      {"workspace_bytes", abi.workspace_bytes ? nlohmann::json(*abi.workspace_bytes) : nlohmann::json(nullptr)},
+      {"workspace_bytes",
+       abi.workspace_bytes ? nlohmann::json(*abi.workspace_bytes) : nlohmann::json(nullptr)},
   };
   if (failed) {
     compile_info["log_text"] = log;
@@ -204,15 +207,16 @@ Result<nlohmann::json> Builder::compile(const KernelRequest& req, const Toolchai
     manifest["status"] = "failed";
     manifest["expires_at"] = store_.now_seconds() + config_.negative_ttl.count();
     auto published = store_.publish(*staging, key, manifest);
-    Error e = Error::make(ErrorKind::kCompileFailed, "compilation failed: the compiler " + failed->describe());
+    Error e = Error::make(ErrorKind::kCompileFailed,
+                          "compilation failed: the compiler " + failed->describe());
     e.extra = {{"key", key}, {"cache", "miss"}, {"argv", steps.front().argv}, {"log", log}};
     if (!published) e.extra["cache_error"] = published.error().message;
     return std::unexpected(e);
   }
   auto objects = list_code_objects(*staging / "kernel.so");
   if (!objects) {
-    return fail(ErrorKind::kInternal, "the compiler exited 0 but kernel.so is unreadable: " +
-                                          objects.error().message);
+    return fail(ErrorKind::kInternal,
+                "the compiler exited 0 but kernel.so is unreadable: " + objects.error().message);
   }
   manifest["code_objects"] = to_json(*objects);
   manifest["status"] = "ok";

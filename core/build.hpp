@@ -30,7 +30,7 @@ struct BuildConfig {
 
 struct BuildResult {
   nlohmann::json manifest;
-  std::string cache;                  // "hit" or "miss"
+  std::string cache;                                    // "hit" or "miss"
   nlohmann::json phases_ms = nlohmann::json::object();  // time spent in each phase
 };
 

@@ -19,7 +19,11 @@ std::optional<T> load(std::string_view data, uint64_t off) {
 }
 
 Result<std::string_view> elf_check(std::string_view d) {
-  if (d.size() < 64 || d.substr(0, 4) != "\x7f" "ELF" || d[4] != 2 /* ELFCLASS64 */ || d[5] != 1 /* LE */) {
+  if (d.size() < 64 ||
+      d.substr(0, 4) !=
+          "\x7f"
+          "ELF" ||
+      d[4] != 2 /* ELFCLASS64 */ || d[5] != 1 /* LE */) {
     return fail(ErrorKind::kInternal, "not a little-endian ELF64 file");
   }
   return d;
@@ -41,12 +45,14 @@ Result<std::string_view> section(std::string_view d, std::string_view name) {
     auto name_off = load<uint32_t>(d, header(i));
     auto off = load<uint64_t>(d, header(i) + 24);
     auto size = load<uint64_t>(d, header(i) + 32);
-    if (!name_off || !off || !size) return fail(ErrorKind::kInternal, "truncated ELF section header");
+    if (!name_off || !off || !size)
+      return fail(ErrorKind::kInternal, "truncated ELF section header");
     uint64_t at = *str_off + *name_off;
     if (at >= d.size()) continue;
     std::string_view sname(d.data() + at, strnlen(d.data() + at, d.size() - at));
     if (sname != name) continue;
-    if (*off > d.size() || d.size() - *off < *size) return fail(ErrorKind::kInternal, "ELF section out of bounds");
+    if (*off > d.size() || d.size() - *off < *size)
+      return fail(ErrorKind::kInternal, "ELF section out of bounds");
     return d.substr(*off, *size);
   }
   return std::string_view{};
@@ -68,7 +74,10 @@ Result<void> parse_fatbin(std::string_view s, std::vector<CodeObject>& out) {
       uint64_t size = *load<uint64_t>(s, p + 8);
       uint32_t arch = *load<uint32_t>(s, p + 28);
       if (ehs == 0) return fail(ErrorKind::kInternal, "fatbin entry with an empty header");
-      out.push_back({kind == 1 ? "ptx" : kind == 2 ? "cubin" : "unknown", "sm_" + std::to_string(arch), size});
+      out.push_back({kind == 1   ? "ptx"
+                     : kind == 2 ? "cubin"
+                                 : "unknown",
+                     "sm_" + std::to_string(arch), size});
       p += ehs + size;
     }
     off = end;
@@ -86,7 +95,8 @@ Result<void> parse_bundle(std::string_view s, std::vector<CodeObject>& out) {
     for (uint64_t i = 0; i < *count; ++i) {
       auto size = load<uint64_t>(b, p + 8);
       auto tlen = load<uint64_t>(b, p + 16);
-      if (!size || !tlen || p + 24 + *tlen > b.size()) return fail(ErrorKind::kInternal, "truncated offload bundle");
+      if (!size || !tlen || p + 24 + *tlen > b.size())
+        return fail(ErrorKind::kInternal, "truncated offload bundle");
       std::string triple(b.substr(p + 24, *tlen));
       p += 24 + *tlen;
       auto dash = triple.find("--");
@@ -105,7 +115,8 @@ Result<std::vector<CodeObject>> list_code_objects(const std::filesystem::path& e
   auto d = elf_check(*data);
   if (!d) return std::unexpected(d.error());
   std::vector<CodeObject> all;
-  for (auto [name, parse] : {std::pair{".nv_fatbin", &parse_fatbin}, std::pair{".hip_fatbin", &parse_bundle}}) {
+  for (auto [name, parse] :
+       {std::pair{".nv_fatbin", &parse_fatbin}, std::pair{".hip_fatbin", &parse_bundle}}) {
     auto s = section(*d, name);
     if (!s) return std::unexpected(s.error());
     if (auto r = parse(*s, all); !r) return std::unexpected(r.error());
@@ -129,7 +140,8 @@ Result<int> elf_type(const std::filesystem::path& elf_file) {
 
 nlohmann::json to_json(const std::vector<CodeObject>& objects) {
   nlohmann::json j = nlohmann::json::array();
-  for (const auto& o : objects) j.push_back({{"kind", o.kind}, {"arch", o.arch}, {"bytes", o.bytes}});
+  for (const auto& o : objects)
+    j.push_back({{"kind", o.kind}, {"arch", o.arch}, {"bytes", o.bytes}});
   return j;
 }
 

@@ -26,7 +26,8 @@ Result<std::string> read_file(const fs::path& path) {
 Result<void> write_file(const fs::path& path, std::string_view data) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return fail(ErrorKind::kInternal, "cannot create " + path.string() + ": " + std::strerror(errno));
+    return fail(ErrorKind::kInternal,
+                "cannot create " + path.string() + ": " + std::strerror(errno));
   }
   size_t done = 0;
   while (done < data.size()) {
@@ -50,11 +51,13 @@ Result<void> write_file(const fs::path& path, std::string_view data) {
 
 Result<void> fsync_path(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return fail(ErrorKind::kInternal, "open " + path.string() + ": " + std::strerror(errno));
+  if (fd < 0)
+    return fail(ErrorKind::kInternal, "open " + path.string() + ": " + std::strerror(errno));
   int rc = ::fsync(fd);
   int err = errno;
   ::close(fd);
-  if (rc != 0) return fail(ErrorKind::kInternal, "fsync " + path.string() + ": " + std::strerror(err));
+  if (rc != 0)
+    return fail(ErrorKind::kInternal, "fsync " + path.string() + ": " + std::strerror(err));
   return {};
 }
 

@@ -55,7 +55,7 @@ std::string ProcessResult::describe() const {
 std::filesystem::path find_program(std::string_view name, std::string_view path) {
   if (name.find('/') != std::string_view::npos) {
     return ::access(std::string(name).c_str(), X_OK) == 0 ? std::filesystem::path(name)
-                                                         : std::filesystem::path();
+                                                          : std::filesystem::path();
   }
   size_t start = 0;
   while (start <= path.size()) {
@@ -105,7 +105,9 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     for (const auto& [res, limit] : spec.rlimits) {
-      struct rlimit rl{limit, limit};
+      struct rlimit rl {
+        limit, limit
+      };
       if (::setrlimit(res, &rl) != 0) child_fail(STDERR_FILENO, "setrlimit");
     }
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) child_fail(STDERR_FILENO, "chdir");
@@ -140,9 +142,13 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
       res.timed_out = true;
       break;
     }
-    int wait_ms = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) + 1;
-    struct pollfd pfd{out_pipe[0], POLLIN, 0};
+    int wait_ms =
+        static_cast<int>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) +
+        1;
+    struct pollfd pfd {
+      out_pipe[0], POLLIN, 0
+    };
     int pr = ::poll(&pfd, 1, wait_ms);
     if (pr < 0) {
       if (errno == EINTR) continue;

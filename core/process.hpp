@@ -23,19 +23,19 @@ namespace kforge::core {
 struct ProcessSpec {
   std::vector<std::string> argv;  // argv[0] is an absolute path
   std::filesystem::path cwd;
-  std::vector<std::string> env;   // "NAME=value"; nothing is inherited
+  std::vector<std::string> env;  // "NAME=value"; nothing is inherited
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
-  size_t output_cap = 4 << 20;    // bytes of stdout+stderr kept; more kills the child
-  std::string stdin_data;         // written to the child's stdin, then closed
+  size_t output_cap = 4 << 20;                  // bytes of stdout+stderr kept; more kills the child
+  std::string stdin_data;                       // written to the child's stdin, then closed
   std::vector<std::pair<int, rlim_t>> rlimits;  // RLIMIT_* applied in the child
 };
 
 struct ProcessResult {
-  int exit_code = -1;      // valid when !signaled
-  int term_signal = 0;     // the signal that ended it, if any
+  int exit_code = -1;   // valid when !signaled
+  int term_signal = 0;  // the signal that ended it, if any
   bool timed_out = false;
   bool output_capped = false;
-  std::string output;      // stdout and stderr interleaved, at most output_cap bytes
+  std::string output;  // stdout and stderr interleaved, at most output_cap bytes
   double seconds = 0;
 
   bool ok() const { return !timed_out && !output_capped && term_signal == 0 && exit_code == 0; }

@@ -63,13 +63,15 @@ Result<nlohmann::json> parse_json_body(std::string_view body, size_t max_depth) 
   return j;
 }
 
-Result<KernelRequest> parse_kernel_request(const nlohmann::json& body, const RequestLimits& limits) {
+Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
+                                           const RequestLimits& limits) {
   if (!body.is_object()) return fail_field("", "the request body must be a JSON object");
   Checker c;
   KernelRequest req;
   c.unknown_fields(body, "", {"backend", "arch", "source", "options"});
   if (body.contains("template")) {
-    c.errors.back().message = "template mode is not supported by this server version; send `source`";
+    c.errors.back().message =
+        "template mode is not supported by this server version; send `source`";
   }
 
   if (!body.contains("backend")) {
@@ -79,8 +81,8 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body, const Req
   } else if (auto b = parse_backend(body["backend"].get<std::string>())) {
     req.backend = *b;
   } else {
-    c.add("/backend", "unknown backend `" + body["backend"].get<std::string>() +
-                          "` (known: cpu, cuda, rocm)");
+    c.add("/backend",
+          "unknown backend `" + body["backend"].get<std::string>() + "` (known: cpu, cuda, rocm)");
   }
 
   if (body.contains("arch")) {
@@ -94,8 +96,10 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body, const Req
         c.add("/arch", "at most " + std::to_string(limits.max_archs) + " archs");
       } else {
         for (size_t i = 0; i < a.size(); ++i) {
-          if (!a[i].is_string()) c.add("/arch/" + std::to_string(i), "must be a string");
-          else req.archs.push_back(a[i].get<std::string>());
+          if (!a[i].is_string())
+            c.add("/arch/" + std::to_string(i), "must be a string");
+          else
+            req.archs.push_back(a[i].get<std::string>());
         }
       }
     } else {
@@ -107,7 +111,8 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body, const Req
   }
 
   if (!body.contains("source")) {
-    if (!body.contains("template")) c.add("/source", "required: the kernel source with KERNEL_NAME");
+    if (!body.contains("template"))
+      c.add("/source", "required: the kernel source with KERNEL_NAME");
   } else if (!body["source"].is_string()) {
     c.add("/source", "must be a string");
   } else {
@@ -136,8 +141,10 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body, const Req
       }
       auto flag = [&](const char* name, bool& dst) {
         if (!o.contains(name)) return;
-        if (!o[name].is_boolean()) c.add(std::string("/options/") + name, "must be true or false");
-        else dst = o[name].get<bool>();
+        if (!o[name].is_boolean())
+          c.add(std::string("/options/") + name, "must be true or false");
+        else
+          dst = o[name].get<bool>();
       };
       flag("fast_math", req.options.fast_math);
       flag("debug_info", req.options.debug_info);

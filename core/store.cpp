@@ -37,7 +37,8 @@ Result<fs::path> DiskStore::make_staging() {
   fs::path dir = staging_root() / ("build." + unique_suffix());
   std::error_code ec;
   if (!fs::create_directories(dir, ec) || ec) {
-    return fail(ErrorKind::kInternal, "cannot create staging directory " + dir.string() + ": " + ec.message());
+    return fail(ErrorKind::kInternal,
+                "cannot create staging directory " + dir.string() + ": " + ec.message());
   }
   return dir;
 }
@@ -59,7 +60,8 @@ Result<nlohmann::json> DiskStore::publish(const fs::path& staging, const std::st
   manifest["key"] = key;
   manifest["files"] = files;
   if (!manifest.contains("created_at")) manifest["created_at"] = now_seconds();
-  if (auto r = write_file(staging / "manifest.json", manifest.dump(2)); !r) return std::unexpected(r.error());
+  if (auto r = write_file(staging / "manifest.json", manifest.dump(2)); !r)
+    return std::unexpected(r.error());
   if (auto r = fsync_path(staging); !r) return std::unexpected(r.error());
 
   fs::path dest = entry_dir(key);
@@ -83,7 +85,8 @@ std::optional<nlohmann::json> DiskStore::lookup(const std::string& key) {
   nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
   bool valid = !m.is_discarded() && m.is_object() && m.value("format", 0) == kFormat &&
                m.value("key", "") == key && m.contains("files") && m["files"].is_object();
-  if (valid && m.value("status", "") == "failed" && m.value("expires_at", int64_t{0}) <= now_seconds()) {
+  if (valid && m.value("status", "") == "failed" &&
+      m.value("expires_at", int64_t{0}) <= now_seconds()) {
     valid = false;  // a negative entry past its time-to-live
   }
   if (valid) {

@@ -3,8 +3,10 @@
 // Layout, as a grammar:
 //   root        := <root>/v1/ (objects | requests | tmp)
 //   objects     := objects/<key[0:2]>/<key>/ entry
-//   entry       := manifest.json kernel.so [kernel.o] source.<ext> compile.log [bench/<device>.json]
-//                | manifest.json source.<ext> compile.log            (negative entry: status "failed")
+//   entry       := manifest.json kernel.so [kernel.o] source.<ext> compile.log
+//   [bench/<device>.json]
+//                | manifest.json source.<ext> compile.log            (negative entry: status
+//                "failed")
 //   requests    := requests/<rkey[0:2]>/<rkey>     one line: the kernel key it resolves to
 //   tmp         := tmp/<anything>                  staging; never read, cleared at start
 //   key, rkey   := 64 lowercase hex characters
@@ -62,7 +64,9 @@ class DiskStore {
   Result<void> put_request(const std::string& rkey, const std::string& key);
 
   // The time source, a seam for tests of expiry.
-  void set_clock(std::function<std::chrono::system_clock::time_point()> now) { now_ = std::move(now); }
+  void set_clock(std::function<std::chrono::system_clock::time_point()> now) {
+    now_ = std::move(now);
+  }
   int64_t now_seconds() const;
 
  private:

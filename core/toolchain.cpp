@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <regex>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -103,7 +103,8 @@ Toolchain discover_cuda(const Spawner& spawn, const std::string& path) {
   std::string home = env_or("CUDA_HOME", env_or("CUDA_PATH", "/usr/local/cuda"));
   fs::path nvcc = locate("KFORGE_NVCC", {home + "/bin/nvcc"}, "nvcc", path);
   if (nvcc.empty()) {
-    tc.reason = "nvcc not found in $CUDA_HOME/bin, /usr/local/cuda/bin or on PATH (set KFORGE_NVCC)";
+    tc.reason =
+        "nvcc not found in $CUDA_HOME/bin, /usr/local/cuda/bin or on PATH (set KFORGE_NVCC)";
     return tc;
   }
   std::error_code ec;
@@ -129,9 +130,10 @@ Toolchain discover_cuda(const Spawner& spawn, const std::string& path) {
     return tc;
   }
   fs::path smi = find_program("nvidia-smi", path);
-  auto cap = smi.empty() ? std::nullopt
-                         : probe(spawn, {smi.string(), "--query-gpu=compute_cap",
-                                         "--format=csv,noheader"}, tc.search_path);
+  auto cap = smi.empty()
+                 ? std::nullopt
+                 : probe(spawn, {smi.string(), "--query-gpu=compute_cap", "--format=csv,noheader"},
+                         tc.search_path);
   if (cap && !words(*cap).empty()) {
     std::string c = words(*cap).front();  // "9.0"
     c.erase(std::remove(c.begin(), c.end(), '.'), c.end());
@@ -156,8 +158,8 @@ Toolchain discover_rocm(const Spawner& spawn, const std::string& path) {
   tc.compiler = fs::canonical(hipcc, ec);
   tc.search_path = tc.compiler.parent_path().string() + ":" + kDefaultPath;
   // An explicit --offload-arch keeps hipcc from probing for a GPU.
-  auto version = probe(spawn, {tc.compiler.string(), "--offload-arch=gfx90a", "--version"},
-                       tc.search_path);
+  auto version =
+      probe(spawn, {tc.compiler.string(), "--offload-arch=gfx90a", "--version"}, tc.search_path);
   if (!version) {
     tc.reason = tc.compiler.string() + " --version failed";
     return tc;
@@ -168,14 +170,16 @@ Toolchain discover_rocm(const Spawner& spawn, const std::string& path) {
   std::smatch m;
   static const std::regex kClang(R"(clang version (\d+))");
   std::vector<std::string> llcs;
-  if (std::regex_search(tc.version_text, m, kClang)) llcs.push_back("/usr/lib/llvm-" + m[1].str() + "/bin/llc");
+  if (std::regex_search(tc.version_text, m, kClang))
+    llcs.push_back("/usr/lib/llvm-" + m[1].str() + "/bin/llc");
   llcs.push_back(rocm + "/llvm/bin/llc");
   for (const auto& llc : llcs) {
     if (::access(llc.c_str(), X_OK) != 0) continue;
     if (auto help = probe(spawn, {llc, "-march=amdgcn", "-mcpu=help"}, tc.search_path)) {
       static const std::regex kGfx(R"(\b(gfx[0-9a-f]+)\s+-)");
       std::set<std::string> seen;
-      for (auto it = std::sregex_iterator(help->begin(), help->end(), kGfx); it != std::sregex_iterator(); ++it) {
+      for (auto it = std::sregex_iterator(help->begin(), help->end(), kGfx);
+           it != std::sregex_iterator(); ++it) {
         if (seen.insert((*it)[1].str()).second) tc.archs.push_back((*it)[1].str());
       }
     }
@@ -211,7 +215,8 @@ void add_opt_flags(std::vector<std::string>& argv, const CompileOptions& o, Back
 }  // namespace
 
 nlohmann::json CompileOptions::to_json() const {
-  return {{"opt_level", opt_level}, {"fast_math", fast_math}, {"debug_info", debug_info}, {"aot", aot}};
+  return {
+      {"opt_level", opt_level}, {"fast_math", fast_math}, {"debug_info", debug_info}, {"aot", aot}};
 }
 
 std::string Toolchain::version_line() const {
@@ -219,7 +224,8 @@ std::string Toolchain::version_line() const {
   std::string first;
   for (std::string line; std::getline(in, line);) {
     if (first.empty()) first = line;
-    if (line.find("release") != std::string::npos || line.find("version") != std::string::npos) return line;
+    if (line.find("release") != std::string::npos || line.find("version") != std::string::npos)
+      return line;
   }
   return first;
 }
@@ -335,8 +341,8 @@ std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>
 }
 
 std::vector<std::string> Toolchain::child_env(const fs::path& job_dir) const {
-  return {"PATH=" + search_path, "HOME=" + job_dir.string(), "TMPDIR=" + job_dir.string(),
-          "LANG=C", "LC_ALL=C"};
+  return {"PATH=" + search_path, "HOME=" + job_dir.string(), "TMPDIR=" + job_dir.string(), "LANG=C",
+          "LC_ALL=C"};
 }
 
 nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
@@ -352,15 +358,21 @@ nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
   };
   if (backend == Backend::kCuda) {
     static const std::regex kEntry(R"(Compiling entry function '([^']+)' for '([^']+)')");
-    static const std::regex kStack(R"((\d+) bytes stack frame)"), kSpillSt(R"((\d+) bytes spill stores)"),
-        kSpillLd(R"((\d+) bytes spill loads)"), kRegs(R"(Used (\d+) registers)"),
-        kSmem(R"((\d+) bytes smem)"), kBarriers(R"(used (\d+) barriers)");
+    static const std::regex kStack(R"((\d+) bytes stack frame)"),
+        kSpillSt(R"((\d+) bytes spill stores)"), kSpillLd(R"((\d+) bytes spill loads)"),
+        kRegs(R"(Used (\d+) registers)"), kSmem(R"((\d+) bytes smem)"),
+        kBarriers(R"(used (\d+) barriers)");
     nlohmann::json* cur = nullptr;
     while (std::getline(in, line)) {
       if (std::regex_search(line, m, kEntry)) {
-        out.push_back({{"function", m[1].str()}, {"arch", m[2].str()}, {"registers", nullptr},
-                       {"spill_stores", 0}, {"spill_loads", 0}, {"stack_bytes", 0},
-                       {"shared_bytes", 0}, {"barriers", 0}});
+        out.push_back({{"function", m[1].str()},
+                       {"arch", m[2].str()},
+                       {"registers", nullptr},
+                       {"spill_stores", 0},
+                       {"spill_loads", 0},
+                       {"stack_bytes", 0},
+                       {"shared_bytes", 0},
+                       {"barriers", 0}});
         cur = &out.back();
         continue;
       }
@@ -378,7 +390,8 @@ nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
       }
     }
   } else if (backend == Backend::kRocm) {
-    static const std::regex kRemark(R"(remark:\s+(?:Function Name: (\S+)|\s*([A-Za-z ]+?)(?: \[[^\]]*\])?: (\d+)) )");
+    static const std::regex kRemark(
+        R"(remark:\s+(?:Function Name: (\S+)|\s*([A-Za-z ]+?)(?: \[[^\]]*\])?: (\d+)) )");
     nlohmann::json* cur = nullptr;
     while (std::getline(in, line)) {
       line += ' ';
@@ -390,9 +403,14 @@ nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
       }
       if (!cur) continue;
       static const std::vector<std::pair<std::string, std::string>> kNames = {
-          {"SGPRs", "sgprs"}, {"VGPRs", "vgprs"}, {"AGPRs", "agprs"},
-          {"ScratchSize", "scratch_bytes_per_lane"}, {"Occupancy", "occupancy_waves_per_simd"},
-          {"SGPRs Spill", "sgpr_spills"}, {"VGPRs Spill", "vgpr_spills"}, {"LDS Size", "lds_bytes"}};
+          {"SGPRs", "sgprs"},
+          {"VGPRs", "vgprs"},
+          {"AGPRs", "agprs"},
+          {"ScratchSize", "scratch_bytes_per_lane"},
+          {"Occupancy", "occupancy_waves_per_simd"},
+          {"SGPRs Spill", "sgpr_spills"},
+          {"VGPRs Spill", "vgpr_spills"},
+          {"LDS Size", "lds_bytes"}};
       for (const auto& [from, to] : kNames) {
         if (m[2].str() == from) (*cur)[to] = std::stoll(m[3].str());
       }
@@ -413,7 +431,8 @@ nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
 
 Toolchains Toolchains::discover(const Spawner& spawn) {
   std::string path = env_or("PATH", kDefaultPath);
-  return Toolchains({discover_cpu(spawn, path), discover_cuda(spawn, path), discover_rocm(spawn, path)});
+  return Toolchains(
+      {discover_cpu(spawn, path), discover_cuda(spawn, path), discover_rocm(spawn, path)});
 }
 
 const Toolchain& Toolchains::get(Backend b) const {

@@ -24,7 +24,7 @@ struct CompileOptions {
   std::string opt_level = "O3";  // O0 O1 O2 O3 Os
   bool fast_math = false;
   bool debug_info = false;
-  bool aot = false;              // also keep the relocatable object (kernel.o)
+  bool aot = false;  // also keep the relocatable object (kernel.o)
 
   nlohmann::json to_json() const;
 };
@@ -37,8 +37,8 @@ struct CompileStep {
 struct Toolchain {
   Backend backend = Backend::kCpu;
   bool available = false;
-  std::string reason;                 // why unavailable
-  std::filesystem::path compiler;     // realpath
+  std::string reason;              // why unavailable
+  std::filesystem::path compiler;  // realpath
   std::string version_text;
   std::string identity;               // sha256(realpath + "\n" + version text)
   std::vector<std::string> archs;     // accepted targets

@@ -11,7 +11,8 @@ std::string py_ctype(std::string_view ctype) {
   for (std::string_view w : {"const ", "__restrict__ ", "__restrict "}) {
     if (t.starts_with(w)) t.erase(0, w.size());
   }
-  if (t == "int64_t" || t == "long" || t == "long long" || t == "ptrdiff_t" || t == "index_t") return "c_int64";
+  if (t == "int64_t" || t == "long" || t == "long long" || t == "ptrdiff_t" || t == "index_t")
+    return "c_int64";
   if (t == "uint64_t") return "c_uint64";
   if (t == "size_t") return "c_size_t";
   if (t == "uint32_t" || t == "unsigned" || t == "unsigned int") return "c_uint32";
@@ -28,11 +29,11 @@ std::string py_ctype(std::string_view ctype) {
 // Python identifiers for C parameter names that collide with keywords or builtins we use.
 std::string py_name(const std::string& name) {
   static const std::set<std::string> kReserved = {
-      "False", "None",  "True",   "and",    "as",       "assert", "async", "await",
-      "break", "class", "continue", "def",  "del",      "elif",   "else",  "except",
-      "finally", "for", "from",   "global", "if",       "import", "in",    "is",
-      "lambda", "nonlocal", "not", "or",    "pass",     "raise",  "return", "try",
-      "while", "with",  "yield",  "stream", "ctypes",   "os",     "k",     "rc"};
+      "False",   "None",     "True",     "and",    "as",     "assert", "async",  "await",
+      "break",   "class",    "continue", "def",    "del",    "elif",   "else",   "except",
+      "finally", "for",      "from",     "global", "if",     "import", "in",     "is",
+      "lambda",  "nonlocal", "not",      "or",     "pass",   "raise",  "return", "try",
+      "while",   "with",     "yield",    "stream", "ctypes", "os",     "k",      "rc"};
   return kReserved.contains(name) ? name + "_" : name;
 }
 
@@ -96,12 +97,15 @@ std::string python_wrapper(const Abi& abi, Backend backend) {
      << "import ctypes\n"
      << "import os\n"
      << "from ctypes import (POINTER, byref, c_bool, c_double, c_float, c_int8, c_int16, c_int32,\n"
-     << "                    c_int64, c_size_t, c_uint8, c_uint16, c_uint32, c_uint64, c_void_p)\n\n"
+     << "                    c_int64, c_size_t, c_uint8, c_uint16, c_uint32, c_uint64, "
+        "c_void_p)\n\n"
      << "SYMBOL = \"" << sym << "\"\n"
-     << "_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(globals().get(\"__file__\", \"x\"))), SYMBOL + \".so\")\n"
+     << "_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(globals().get(\"__file__\", "
+        "\"x\"))), SYMBOL + \".so\")\n"
      << "_fn = None\n\n\n"
      << "def load(path=None):\n"
-     << "    \"\"\"Loads the artifact (default: <symbol>.so beside this file) and returns the function.\"\"\"\n"
+     << "    \"\"\"Loads the artifact (default: <symbol>.so beside this file) and returns the "
+        "function.\"\"\"\n"
      << "    global _fn\n"
      << "    if _fn is None or path is not None:\n"
      << "        fn = getattr(ctypes.CDLL(path or _DEFAULT_PATH), SYMBOL)\n"
@@ -109,15 +113,17 @@ std::string python_wrapper(const Abi& abi, Backend backend) {
      << "        fn.argtypes = [" << argtypes.str() << "]\n"
      << "        _fn = fn\n"
      << "    return _fn\n\n\n"
-     << "def " << sym << "_workspace_size(" << [&] {
-          std::string s;
-          for (const auto& a : abi.args) {
-            if (a.kind != ArgKind::kScalar) continue;
-            if (!s.empty()) s += ", ";
-            s += a.value ? py_name(a.name) + "=" + std::to_string(*a.value) : py_name(a.name);
-          }
-          return s;
-        }() << "):\n"
+     << "def " << sym << "_workspace_size(" <<
+      [&] {
+        std::string s;
+        for (const auto& a : abi.args) {
+          if (a.kind != ArgKind::kScalar) continue;
+          if (!s.empty()) s += ", ";
+          s += a.value ? py_name(a.name) + "=" + std::to_string(*a.value) : py_name(a.name);
+        }
+        return s;
+      }()
+     << "):\n"
      << "    \"\"\"Asks the kernel how many workspace bytes it needs; touches no tensor.\"\"\"\n"
      << "    size = c_size_t(0)\n"
      << "    rc = load()(" << query_call.str() << ")\n"
@@ -141,10 +147,18 @@ std::string cpp_wrapper(const Abi& abi, Backend backend) {
     const AbiArg& a = abi.args[i];
     if (i) call << ", ";
     switch (a.kind) {
-      case ArgKind::kTensor: call << "(" << a.ctype << ")" << a.binds << ".data_ptr()"; break;
-      case ArgKind::kScalar: call << (a.value ? std::to_string(*a.value) : a.name); break;
-      case ArgKind::kWorkspaceSize: call << "(size_t*)nullptr"; break;
-      case ArgKind::kWorkspace: call << "(uint8_t*)nullptr"; break;
+      case ArgKind::kTensor:
+        call << "(" << a.ctype << ")" << a.binds << ".data_ptr()";
+        break;
+      case ArgKind::kScalar:
+        call << (a.value ? std::to_string(*a.value) : a.name);
+        break;
+      case ArgKind::kWorkspaceSize:
+        call << "(size_t*)nullptr";
+        break;
+      case ArgKind::kWorkspace:
+        call << "(uint8_t*)nullptr";
+        break;
       case ArgKind::kStream:
         call << (backend == Backend::kCpu ? "nullptr" : "stream");
         break;

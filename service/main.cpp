@@ -85,7 +85,8 @@ std::optional<Args> parse_args(int argc, char** argv, int first) {
 std::string setting(const Args& a, const std::string& name, const std::string& fallback) {
   if (auto it = a.flags.find(name); it != a.flags.end()) return it->second;
   std::string env = "KFORGE_";
-  for (char c : name) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (char c : name)
+    env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (const char* v = std::getenv(env.c_str()); v && *v) return v;
   return fallback;
 }
@@ -107,8 +108,9 @@ std::string default_cache_dir() {
 }
 
 int serve(const Args& a) {
-  static const std::vector<std::string> kKnown = {"host", "port", "cache-dir", "compile-timeout",
-                                                  "negative-ttl", "max-body", "max-source", "help"};
+  static const std::vector<std::string> kKnown = {
+      "host",         "port",     "cache-dir",  "compile-timeout",
+      "negative-ttl", "max-body", "max-source", "help"};
   for (const auto& [k, v] : a.flags) {
     if (std::find(kKnown.begin(), kKnown.end(), k) == kKnown.end()) {
       std::cerr << "kforge serve: unknown option --" << k << "\n" << kUsage;
@@ -121,8 +123,10 @@ int serve(const Args& a) {
   cfg.max_body_bytes = number("max-body", setting(a, "max-body", "4194304"));
   cfg.limits.max_source_bytes = number("max-source", setting(a, "max-source", "1048576"));
   core::BuildConfig bcfg;
-  bcfg.compile_timeout = std::chrono::seconds(number("compile-timeout", setting(a, "compile-timeout", "300")));
-  bcfg.negative_ttl = std::chrono::seconds(number("negative-ttl", setting(a, "negative-ttl", "600")));
+  bcfg.compile_timeout =
+      std::chrono::seconds(number("compile-timeout", setting(a, "compile-timeout", "300")));
+  bcfg.negative_ttl =
+      std::chrono::seconds(number("negative-ttl", setting(a, "negative-ttl", "600")));
   fs::path cache_dir = setting(a, "cache-dir", default_cache_dir());
 
   // Signals are taken by one thread; every other thread (httplib's pool) inherits the mask.
@@ -135,7 +139,7 @@ int serve(const Args& a) {
 
   std::unique_ptr<core::DiskStore> store;
   try {
-    store = std::make_unique<core::DiskStore>(fs::absolute(cache_dir));
+    store = std::make_unique<core::DiskStore>(fs::absolute(cache_dir).lexically_normal());
   } catch (const std::exception& e) {
     std::cerr << "kforge: cannot use cache directory " << cache_dir << ": " << e.what() << "\n";
     return 1;
@@ -159,16 +163,19 @@ int serve(const Args& a) {
     return 1;
   }
   std::string url = "http://" + cfg.host + ":" + std::to_string(*port);
-  std::cout << "listening on " << url << "\n"
-            << "try:\n"
-            << "  curl -s " << url << "/toolchains\n"
-            << "  curl -s " << url << "/kernels -H 'Content-Type: application/json' -d '{\"backend\": "
-               "\"cpu\", \"arch\": \"native\", \"source\": \"#include <cstddef>\\n#include <cstdint>\\n"
-               "#define PT_EXPORT __attribute__((visibility(\\\"default\\\")))\\nextern \\\"C\\\" PT_EXPORT "
-               "int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* "
-               "workspace, void* stream) { if (workspace_size) { *workspace_size = 0; return 0; } for "
-               "(int64_t i = 0; i < n; ++i) y[i] = 2 * x[i]; return 0; }\"}'\n"
-            << std::flush;
+  std::cout
+      << "listening on " << url << "\n"
+      << "try:\n"
+      << "  curl -s " << url << "/toolchains\n"
+      << "  curl -s " << url
+      << "/kernels -H 'Content-Type: application/json' -d '{\"backend\": "
+         "\"cpu\", \"arch\": \"native\", \"source\": \"#include <cstddef>\\n#include <cstdint>\\n"
+         "#define PT_EXPORT __attribute__((visibility(\\\"default\\\")))\\nextern \\\"C\\\" "
+         "PT_EXPORT "
+         "int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* "
+         "workspace, void* stream) { if (workspace_size) { *workspace_size = 0; return 0; } for "
+         "(int64_t i = 0; i < n; ++i) y[i] = 2 * x[i]; return 0; }\"}'\n"
+      << std::flush;
 
   std::thread waiter([&] {
     int sig = 0;
@@ -238,7 +245,8 @@ int submit(const Args& a) {
   std::cout << "kernel   " << name << "\n"
             << "key      " << j["key"].get<std::string>() << "\n"
             << "cache    " << j.value("cache", "") << "\n"
-            << "artifact " << j["artifact"]["bytes"] << " bytes, sha256 " << j["artifact"]["sha256"].get<std::string>() << "\n"
+            << "artifact " << j["artifact"]["bytes"] << " bytes, sha256 "
+            << j["artifact"]["sha256"].get<std::string>() << "\n"
             << "compile  " << j["compile"].value("seconds", 0.0) << " s\n";
   if (auto it = a.flags.find("out"); it != a.flags.end()) {
     fs::path out = it->second;
@@ -252,14 +260,17 @@ int submit(const Args& a) {
       return core::write_file_atomic(dest, r->body).has_value();
     };
     std::string ext = j["backend"] == "cpu" ? ".cpp" : j["backend"] == "cuda" ? ".cu" : ".hip";
-    bool ok = fetch(j["artifact"]["url"], out / (name + ".so")) &&
-              fetch(j["source_url"], out / (name + ext)) &&
-              (!j.contains("object") || fetch(j["object"]["url"], out / (name + ".o"))) &&
-              core::write_file_atomic(out / (name + "_wrapper.py"), j["wrapper"]["python"].get<std::string>()) &&
-              core::write_file_atomic(out / (name + ".h"), j["wrapper"]["cpp"].get<std::string>()) &&
-              core::write_file_atomic(out / (name + ".json"), j.dump(2));
+    bool ok =
+        fetch(j["artifact"]["url"], out / (name + ".so")) &&
+        fetch(j["source_url"], out / (name + ext)) &&
+        (!j.contains("object") || fetch(j["object"]["url"], out / (name + ".o"))) &&
+        core::write_file_atomic(out / (name + "_wrapper.py"),
+                                j["wrapper"]["python"].get<std::string>()) &&
+        core::write_file_atomic(out / (name + ".h"), j["wrapper"]["cpp"].get<std::string>()) &&
+        core::write_file_atomic(out / (name + ".json"), j.dump(2));
     if (!ok) return 1;
-    std::cout << "written  " << (out / name).string() << ".{so," << ext.substr(1) << ",h,json} and " << name << "_wrapper.py\n";
+    std::cout << "written  " << (out / name).string() << ".{so," << ext.substr(1) << ",h,json} and "
+              << name << "_wrapper.py\n";
   }
   return 0;
 }

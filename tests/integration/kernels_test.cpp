@@ -100,7 +100,9 @@ size_t cache_entries(const fs::path& cache) {
 
 class Kernels : public ::testing::Test {
  protected:
-  void SetUp() override { server_ = std::make_unique<ServerProcess>(cache(), scratch_ / "server.log"); }
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(cache(), scratch_ / "server.log");
+  }
   fs::path cache() const { return scratch_ / "cache"; }
 
   // True when the backend can compile here; otherwise skips, or fails when
@@ -110,8 +112,10 @@ class Kernels : public ::testing::Test {
     if (t.body[backend].value("available", false)) return true;
     const char* req = std::getenv("KFORGE_REQUIRE_BACKENDS");
     std::string reason = t.body[backend].value("reason", "");
-    if (req && std::string(",") .append(req).append(",").find("," + backend + ",") != std::string::npos) {
-      ADD_FAILURE() << backend << " is required (KFORGE_REQUIRE_BACKENDS) but unavailable: " << reason;
+    if (req &&
+        std::string(",").append(req).append(",").find("," + backend + ",") != std::string::npos) {
+      ADD_FAILURE() << backend
+                    << " is required (KFORGE_REQUIRE_BACKENDS) but unavailable: " << reason;
     } else {
       skip(backend + " unavailable: " + reason);
     }
@@ -130,7 +134,8 @@ class Kernels : public ::testing::Test {
 
   std::string exported_symbols(const fs::path& so) {
     core::ProcessSpec spec;
-    spec.argv = {core::find_program("nm", "/usr/bin:/bin").string(), "-D", "--defined-only", so.string()};
+    spec.argv = {core::find_program("nm", "/usr/bin:/bin").string(), "-D", "--defined-only",
+                 so.string()};
     spec.cwd = "/";
     spec.env = {"PATH=/usr/bin:/bin"};
     auto r = core::run_process(spec);
@@ -161,7 +166,8 @@ TEST_F(Kernels, CpuKernelCompilesLoadsAndComputes) {
 
   fs::path so = download(r.body["artifact"]["url"], "k.so");
   EXPECT_EQ(core::sha256_file(so).value(), r.body["artifact"]["sha256"]);
-  // Never unloaded: libgomp worker threads outlive the call, and dlclose would pull their code away.
+  // Never unloaded: libgomp worker threads outlive the call, and dlclose would pull their code
+  // away.
   void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   ASSERT_NE(h, nullptr) << ::dlerror();
   using Fn = int (*)(const float*, const float*, float*, int64_t, float, size_t*, uint8_t*, void*);
@@ -178,7 +184,6 @@ TEST_F(Kernels, CpuKernelCompilesLoadsAndComputes) {
   }
   EXPECT_EQ(fn(x.data(), b.data(), y.data(), n, 1.5f, nullptr, nullptr, nullptr), 0);
   for (int64_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(y[i], 1.5f * x[i] + b[i]) << i;
-
 
   auto source = get(*server_, "/kernels/" + key + "/source");
   EXPECT_EQ(source.status, 200);
@@ -204,7 +209,8 @@ TEST_F(Kernels, SecondIdenticalRequestIsAHitAndRunsNoCompiler) {
   EXPECT_EQ(second.body["artifact"], first.body["artifact"]);
   EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), runs);
   // A different spelling of the same source (trailing whitespace) is the same kernel.
-  auto third = post_json(*server_, "/kernels", request("cpu", "native", std::string(kCpuSource) + "\n\n"));
+  auto third =
+      post_json(*server_, "/kernels", request("cpu", "native", std::string(kCpuSource) + "\n\n"));
   EXPECT_EQ(third.body["cache"], "hit");
   EXPECT_EQ(third.body["key"], first.body["key"]);
   EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), runs);
@@ -228,7 +234,8 @@ TEST_F(Kernels, ArtifactEtagAndConditionalGet) {
   auto c = server_->client();
   auto full = c.Get(url);
   ASSERT_TRUE(full);
-  EXPECT_EQ(full->get_header_value("ETag"), "\"" + r.body["artifact"]["sha256"].get<std::string>() + "\"");
+  EXPECT_EQ(full->get_header_value("ETag"),
+            "\"" + r.body["artifact"]["sha256"].get<std::string>() + "\"");
   auto cond = c.Get(url, {{"If-None-Match", full->get_header_value("ETag")}});
   ASSERT_TRUE(cond);
   EXPECT_EQ(cond->status, 304);
@@ -248,7 +255,8 @@ TEST_F(Kernels, AotAlsoBuildsARelocatableObject) {
   // Without aot there is no object to serve.
   auto plain = post_json(*server_, "/kernels", request("cpu", "native", kCpuSource));
   EXPECT_NE(plain.body["key"], r.body["key"]);
-  EXPECT_EQ(get(*server_, "/kernels/" + plain.body["key"].get<std::string>() + "/object").status, 404);
+  EXPECT_EQ(get(*server_, "/kernels/" + plain.body["key"].get<std::string>() + "/object").status,
+            404);
 }
 
 TEST_F(Kernels, CudaSourceForSm80AndSm90) {
@@ -259,8 +267,10 @@ TEST_F(Kernels, CudaSourceForSm80AndSm90) {
   EXPECT_TRUE(name.starts_with("cuda_kernel_"));
   fs::path so = download(r.body["artifact"]["url"], "k.so");
   EXPECT_NE(exported_symbols(so).find(" T " + name), std::string::npos);
-  EXPECT_NE(r.body["wrapper"]["python"].get<std::string>().find("SYMBOL = \"" + name + "\""), std::string::npos);
-  EXPECT_NE(r.body["wrapper"]["cpp"].get<std::string>().find("cudaStream_t stream"), std::string::npos);
+  EXPECT_NE(r.body["wrapper"]["python"].get<std::string>().find("SYMBOL = \"" + name + "\""),
+            std::string::npos);
+  EXPECT_NE(r.body["wrapper"]["cpp"].get<std::string>().find("cudaStream_t stream"),
+            std::string::npos);
   auto objects = core::list_code_objects(so).value();
   std::set<std::string> cubins;
   for (const auto& o : objects) {
@@ -289,14 +299,19 @@ TEST_F(Kernels, HipSourceForGfx90aAndGfx1030) {
   for (const auto& o : objects) archs.insert(o.arch);
   EXPECT_EQ(archs, (std::set<std::string>{"gfx90a", "gfx1030"}));
   // Cross-check with LLVM's own bundler where Debian ships it.
-  fs::path bundler = core::find_program("clang-offload-bundler", "/usr/lib/llvm-15/bin:/usr/lib/llvm-14/bin:/usr/bin");
+  fs::path bundler = core::find_program("clang-offload-bundler",
+                                        "/usr/lib/llvm-15/bin:/usr/lib/llvm-14/bin:/usr/bin");
   fs::path objcopy = core::find_program("objcopy", "/usr/bin:/bin");
   if (!bundler.empty() && !objcopy.empty()) {
-    core::ProcessSpec dump{.argv = {objcopy.string(), "--dump-section", ".hip_fatbin=" + (scratch_ / "fb").string(), so.string()},
-                           .cwd = "/", .env = {"PATH=/usr/bin:/bin"}};
+    core::ProcessSpec dump{.argv = {objcopy.string(), "--dump-section",
+                                    ".hip_fatbin=" + (scratch_ / "fb").string(), so.string()},
+                           .cwd = "/",
+                           .env = {"PATH=/usr/bin:/bin"}};
     ASSERT_TRUE(core::run_process(dump)->ok());
-    core::ProcessSpec list{.argv = {bundler.string(), "--list", "--type=o", "--input=" + (scratch_ / "fb").string()},
-                           .cwd = "/", .env = {"PATH=/usr/bin:/bin"}};
+    core::ProcessSpec list{
+        .argv = {bundler.string(), "--list", "--type=o", "--input=" + (scratch_ / "fb").string()},
+        .cwd = "/",
+        .env = {"PATH=/usr/bin:/bin"}};
     auto out = core::run_process(list);
     ASSERT_TRUE(out && out->ok());
     EXPECT_NE(out->output.find("amdgcn-amd-amdhsa--gfx90a"), std::string::npos) << out->output;
@@ -323,7 +338,8 @@ TEST_F(Kernels, CompileErrorIs422WithLogAndIsCachedNegatively) {
   EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), runs);
   auto log = get(*server_, "/kernels/" + r.body["key"].get<std::string>() + "/log");
   EXPECT_EQ(log.status, 200);
-  EXPECT_EQ(get(*server_, "/kernels/" + r.body["key"].get<std::string>() + "/artifact").status, 404);
+  EXPECT_EQ(get(*server_, "/kernels/" + r.body["key"].get<std::string>() + "/artifact").status,
+            404);
 }
 
 TEST_F(Kernels, BadInputsAre4xxNamingTheFieldAndLeaveTheCacheAlone) {
@@ -339,9 +355,11 @@ TEST_F(Kernels, BadInputsAre4xxNamingTheFieldAndLeaveTheCacheAlone) {
       {request("cpu", "pentium-9000", kCpuSource), 400, "/arch"},
       {request("cpu", "native", "int f() { return 0; }"), 400, "/source"},
       {request("cpu", "native", "// KERNEL_NAME\nint f();"), 400, "/source"},
-      {json{{"backend", "cpu"}, {"source", kCpuSource}, {"flags", "-fplugin=evil.so"}}.dump(), 400, "/flags"},
-      {json{{"backend", "cpu"}, {"source", kCpuSource}, {"options", {{"include_dirs", {"/etc"}}}}}.dump(), 400,
-       "/options/include_dirs"},
+      {json{{"backend", "cpu"}, {"source", kCpuSource}, {"flags", "-fplugin=evil.so"}}.dump(), 400,
+       "/flags"},
+      {json{{"backend", "cpu"}, {"source", kCpuSource}, {"options", {{"include_dirs", {"/etc"}}}}}
+           .dump(),
+       400, "/options/include_dirs"},
       {request("cpu", "native", huge), 413, ""},
   };
   for (const auto& c : cases) {
@@ -355,10 +373,12 @@ TEST_F(Kernels, BadInputsAre4xxNamingTheFieldAndLeaveTheCacheAlone) {
     }
   }
   auto arch = post_json(*server_, "/kernels", request("cpu", "pentium-9000", kCpuSource));
-  EXPECT_NE(arch.body["detail"].get<std::string>().find("x86-64"), std::string::npos);  // lists accepted archs
+  EXPECT_NE(arch.body["detail"].get<std::string>().find("x86-64"),
+            std::string::npos);  // lists accepted archs
   EXPECT_TRUE(arch.body["accepted_archs"].is_array());
-  for (const std::string path : {std::string("/kernels/abc"), std::string("/kernels/..%2F..%2Fetc%2Fpasswd"),
-                                 "/kernels/" + std::string(64, 'A') + "/artifact", std::string("/kernels/zz/log")}) {
+  for (const std::string path :
+       {std::string("/kernels/abc"), std::string("/kernels/..%2F..%2Fetc%2Fpasswd"),
+        "/kernels/" + std::string(64, 'A') + "/artifact", std::string("/kernels/zz/log")}) {
     auto r = get(*server_, path);
     EXPECT_EQ(r.status, 400) << path;
     EXPECT_EQ(r.body["errors"][0]["field"], "/key") << path;
@@ -401,7 +421,8 @@ TEST_F(Kernels, PythonWrapperRunsUnderCtypesWithNumpy) {
   const std::string name = r.body["kernel_name"];
   download(r.body["artifact"]["url"], name + ".so");
   // Named apart from the .so: Python would import `<name>.so` as an extension module.
-  ASSERT_TRUE(core::write_file(scratch_ / (name + "_wrapper.py"), r.body["wrapper"]["python"].get<std::string>()));
+  ASSERT_TRUE(core::write_file(scratch_ / (name + "_wrapper.py"),
+                               r.body["wrapper"]["python"].get<std::string>()));
   std::string script = "import sys\nsys.path.insert(0, '" + scratch_.path().string() + "')\n" +
                        "import numpy as np\nimport " + name + "_wrapper as w\n" + R"(
 class T:
@@ -420,7 +441,8 @@ print("wrapper ok, max abs err", err)
 )";
   ASSERT_TRUE(core::write_file(scratch_ / "drive.py", script));
   core::ProcessSpec spec{.argv = {"/usr/bin/python3", (scratch_ / "drive.py").string()},
-                         .cwd = scratch_.path(), .env = {"PATH=/usr/bin:/bin"}};
+                         .cwd = scratch_.path(),
+                         .env = {"PATH=/usr/bin:/bin"}};
   auto out = core::run_process(spec);
   ASSERT_TRUE(out);
   EXPECT_TRUE(out->ok()) << out->output;
@@ -449,9 +471,10 @@ TEST_F(Kernels, ToolchainsAndHealth) {
 
 TEST_F(Kernels, SubmitCliWritesArtifactSourceAndWrappers) {
   ASSERT_TRUE(core::write_file(scratch_ / "req.json", request("cpu", "native", kCpuSource)));
-  core::ProcessSpec spec{.argv = {KFORGE_BINARY, "submit", (scratch_ / "req.json").string(), "--server",
-                                  server_->url(), "--out", (scratch_ / "out").string()},
-                         .cwd = scratch_.path(), .env = {"PATH=/usr/bin:/bin"}};
+  core::ProcessSpec spec{.argv = {KFORGE_BINARY, "submit", (scratch_ / "req.json").string(),
+                                  "--server", server_->url(), "--out", (scratch_ / "out").string()},
+                         .cwd = scratch_.path(),
+                         .env = {"PATH=/usr/bin:/bin"}};
   auto out = core::run_process(spec);
   ASSERT_TRUE(out);
   ASSERT_TRUE(out->ok()) << out->output;

@@ -11,9 +11,11 @@
 
 namespace kforge::testing {
 
-ServerProcess::ServerProcess(const std::filesystem::path& cache_dir, const std::filesystem::path& log,
+ServerProcess::ServerProcess(const std::filesystem::path& cache_dir,
+                             const std::filesystem::path& log,
                              std::vector<std::string> extra_args) {
-  std::vector<std::string> args = {KFORGE_BINARY, "serve", "--port", "0", "--cache-dir", cache_dir.string()};
+  std::vector<std::string> args = {KFORGE_BINARY, "serve",       "--port",
+                                   "0",           "--cache-dir", cache_dir.string()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -33,7 +35,9 @@ ServerProcess::ServerProcess(const std::filesystem::path& cache_dir, const std::
   std::string line;
   char c;
   while (line.find('\n') == std::string::npos) {
-    struct pollfd p{out[0], POLLIN, 0};
+    struct pollfd p {
+      out[0], POLLIN, 0
+    };
     if (::poll(&p, 1, 60000) <= 0 || ::read(out[0], &c, 1) != 1) break;
     line.push_back(c);
   }
@@ -60,7 +64,9 @@ void ServerProcess::kill9() {
   pid_ = -1;
 }
 
-bool ServerProcess::alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+bool ServerProcess::alive() const {
+  return pid_ > 0 && ::kill(pid_, 0) == 0;
+}
 
 httplib::Client ServerProcess::client() const {
   httplib::Client c(url_);

@@ -61,18 +61,21 @@ TEST(Abi, RejectsSourcesWithoutPlaceholderOrSignature) {
                                    Backend::kCpu);
   ASSERT_FALSE(commented);
   EXPECT_NE(commented.error().message.find("no exported signature"), std::string::npos);
-  auto in_string = parse_signature(R"(const char* s = "PT_EXPORT int KERNEL_NAME(";)", Backend::kCpu);
+  auto in_string =
+      parse_signature(R"(const char* s = "PT_EXPORT int KERNEL_NAME(";)", Backend::kCpu);
   EXPECT_FALSE(in_string);
 }
 
 TEST(Abi, RejectsUnpassableArguments) {
   auto pp = parse_signature(
-      "PT_EXPORT int KERNEL_NAME(float** x, size_t* workspace_size, uint8_t* workspace, void* stream)",
+      "PT_EXPORT int KERNEL_NAME(float** x, size_t* workspace_size, uint8_t* workspace, void* "
+      "stream)",
       Backend::kCpu);
   ASSERT_FALSE(pp);
   EXPECT_NE(pp.error().message.find("pointer to a pointer"), std::string::npos);
   auto st = parse_signature(
-      "PT_EXPORT int KERNEL_NAME(std::vector<int> v, size_t* workspace_size, uint8_t* workspace, void* stream)",
+      "PT_EXPORT int KERNEL_NAME(std::vector<int> v, size_t* workspace_size, uint8_t* workspace, "
+      "void* stream)",
       Backend::kCpu);
   ASSERT_FALSE(st);
   auto short_sig = parse_signature("PT_EXPORT int KERNEL_NAME(float* x)", Backend::kCpu);
@@ -103,13 +106,16 @@ TEST(Wrapper, NamesTheSymbolAndMakesInductorStyleCalls) {
   abi->symbol = "cpu_kernel_abc";
   std::string py = python_wrapper(*abi, Backend::kCpu);
   EXPECT_NE(py.find("SYMBOL = \"cpu_kernel_abc\""), std::string::npos);
-  EXPECT_NE(py.find("def cpu_kernel_abc(X, Y, n, workspace=None, stream=None):"), std::string::npos);
-  EXPECT_NE(py.find("c_void_p(X.data_ptr()), c_void_p(Y.data_ptr()), c_int64(n), None"), std::string::npos);
+  EXPECT_NE(py.find("def cpu_kernel_abc(X, Y, n, workspace=None, stream=None):"),
+            std::string::npos);
+  EXPECT_NE(py.find("c_void_p(X.data_ptr()), c_void_p(Y.data_ptr()), c_int64(n), None"),
+            std::string::npos);
   std::string cpp = cpp_wrapper(*abi, Backend::kCpu);
   EXPECT_NE(cpp.find("extern \"C\" int cpu_kernel_abc(const float* X"), std::string::npos);
-  EXPECT_NE(cpp.find("cpu_kernel_abc((const float*)X.data_ptr(), (float* __restrict__)Y.data_ptr(), n, "
-                     "(size_t*)nullptr, (uint8_t*)nullptr, nullptr);"),
-            std::string::npos);
+  EXPECT_NE(
+      cpp.find("cpu_kernel_abc((const float*)X.data_ptr(), (float* __restrict__)Y.data_ptr(), n, "
+               "(size_t*)nullptr, (uint8_t*)nullptr, nullptr);"),
+      std::string::npos);
 }
 
 }  // namespace

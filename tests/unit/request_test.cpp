@@ -43,19 +43,25 @@ TEST(Request, EveryBadFieldIsNamed) {
   EXPECT_TRUE(names_field(parse_error(json{{"source", "x"}}), "/backend"));
   EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}}), "/source"));
   EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", 3}}), "/source"));
-  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"arch", 7}}), "/arch"));
-  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"arch", {"a", 1}}}), "/arch/1"));
-  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"arch", json::array()}}), "/arch"));
-  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"opt_level", "O9"}}}}),
-                          "/options/opt_level"));
-  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"aot", "yes"}}}}),
-                          "/options/aot"));
+  EXPECT_TRUE(
+      names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"arch", 7}}), "/arch"));
+  EXPECT_TRUE(names_field(
+      parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"arch", {"a", 1}}}), "/arch/1"));
+  EXPECT_TRUE(names_field(
+      parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"arch", json::array()}}), "/arch"));
+  EXPECT_TRUE(names_field(
+      parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"opt_level", "O9"}}}}),
+      "/options/opt_level"));
+  EXPECT_TRUE(names_field(
+      parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"aot", "yes"}}}}),
+      "/options/aot"));
 }
 
 TEST(Request, UnknownFieldsAreRejectedNotIgnored) {
   Error e = parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"sorce", "y"}});
   EXPECT_TRUE(names_field(e, "/sorce"));
-  Error flags = parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"flags", "-fplugin=x.so"}}}});
+  Error flags = parse_error(
+      json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"flags", "-fplugin=x.so"}}}});
   EXPECT_TRUE(names_field(flags, "/options/flags"));
 }
 

@@ -41,7 +41,8 @@ TEST(Store, CorruptFileIsAMissAndTheEntryIsRemoved) {
   DiskStore store(s.path());
   ASSERT_TRUE(store.publish(staged(store, "ELF-bytes"), kKey, {{"status", "ok"}}));
   {
-    std::fstream f(store.entry_dir(kKey) / "kernel.so", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f(store.entry_dir(kKey) / "kernel.so",
+                   std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(1);
     f.put('X');  // same size, different bytes
   }

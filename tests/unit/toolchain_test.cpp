@@ -13,7 +13,9 @@ Toolchain fake(Backend b, std::vector<std::string> archs, std::optional<std::str
   Toolchain tc;
   tc.backend = b;
   tc.available = true;
-  tc.compiler = b == Backend::kCpu ? "/usr/bin/g++" : b == Backend::kCuda ? "/cuda/bin/nvcc" : "/usr/bin/hipcc";
+  tc.compiler = b == Backend::kCpu    ? "/usr/bin/g++"
+                : b == Backend::kCuda ? "/cuda/bin/nvcc"
+                                      : "/usr/bin/hipcc";
   tc.version_text = "v1";
   tc.archs = std::move(archs);
   tc.native = std::move(native);
@@ -54,7 +56,8 @@ TEST(Toolchain, CpuTakesOneArch) {
 
 TEST(Toolchain, CompileStepsPerBackend) {
   CompileOptions o;
-  auto cuda = fake(Backend::kCuda, {"sm_80", "sm_90"}, std::nullopt).compile_steps({"sm_80", "sm_90"}, o, "source.cu");
+  auto cuda = fake(Backend::kCuda, {"sm_80", "sm_90"}, std::nullopt)
+                  .compile_steps({"sm_80", "sm_90"}, o, "source.cu");
   ASSERT_EQ(cuda.size(), 1u);
   const auto& a = cuda[0].argv;
   EXPECT_EQ(a[0], "/cuda/bin/nvcc");
@@ -65,7 +68,8 @@ TEST(Toolchain, CompileStepsPerBackend) {
 
   o.aot = true;
   o.fast_math = true;
-  auto rocm = fake(Backend::kRocm, {"gfx90a"}, std::nullopt).compile_steps({"gfx90a"}, o, "source.hip");
+  auto rocm =
+      fake(Backend::kRocm, {"gfx90a"}, std::nullopt).compile_steps({"gfx90a"}, o, "source.hip");
   ASSERT_EQ(rocm.size(), 2u);
   EXPECT_TRUE(has(rocm[0].argv, "-c") && has(rocm[0].argv, "--offload-arch=gfx90a"));
   EXPECT_TRUE(has(rocm[0].argv, "-ffast-math"));
@@ -78,19 +82,25 @@ TEST(Toolchain, KeyDependsOnEverythingThatChangesTheArtifact) {
   auto tc = fake(Backend::kCpu, {"x86-64", "x86-64-v3"}, std::nullopt);
   CompileOptions o;
   auto key = [&](const std::string& arch, const CompileOptions& opt, const std::string& src) {
-    return kernel_key({Backend::kCpu, {arch}, &tc, tc.compile_steps({arch}, opt, "source.cpp"), src});
+    return kernel_key(
+        {Backend::kCpu, {arch}, &tc, tc.compile_steps({arch}, opt, "source.cpp"), src});
   };
   const std::string base = key("x86-64", o, "int KERNEL_NAME();");
   EXPECT_EQ(base, key("x86-64", o, "\n int KERNEL_NAME();  \n"));  // stripped
   EXPECT_NE(base, key("x86-64-v3", o, "int KERNEL_NAME();"));
-  EXPECT_NE(base, key("x86-64", o, "int KERNEL_NAME(); "  "// edit"));
+  EXPECT_NE(base, key("x86-64", o,
+                      "int KERNEL_NAME(); "
+                      "// edit"));
   CompileOptions o2;
   o2.opt_level = "O2";
   EXPECT_NE(base, key("x86-64", o2, "int KERNEL_NAME();"));
   auto tc2 = tc;
   tc2.version_text = "v2";
-  EXPECT_NE(base, kernel_key({Backend::kCpu, {"x86-64"}, &tc2,
-                              tc2.compile_steps({"x86-64"}, o, "source.cpp"), "int KERNEL_NAME();"}));
+  EXPECT_NE(base, kernel_key({Backend::kCpu,
+                              {"x86-64"},
+                              &tc2,
+                              tc2.compile_steps({"x86-64"}, o, "source.cpp"),
+                              "int KERNEL_NAME();"}));
   EXPECT_EQ(kernel_symbol(Backend::kCuda, "gemm", base), "cuda_gemm_" + base.substr(0, 12));
 }
 
@@ -118,16 +128,21 @@ ptxas info    : Used 96 registers, used 0 barriers, 372 bytes cmem[0]
 
 TEST(ResourceUsage, ParsesHipRemarksAndAssignsArchs) {
   auto block = [](int vgprs, bool agprs) {
-    std::string s = "k.hip:3:1: remark: Function Name: _Z5add_kPKfPfi [-Rpass-analysis=kernel-resource-usage]\n"
-                    "k.hip:3:1: remark:     SGPRs: 11 [-Rpass-analysis=kernel-resource-usage]\n"
-                    "k.hip:3:1: remark:     VGPRs: " + std::to_string(vgprs) + " [-Rpass-analysis=kernel-resource-usage]\n";
+    std::string s =
+        "k.hip:3:1: remark: Function Name: _Z5add_kPKfPfi [-Rpass-analysis=kernel-resource-usage]\n"
+        "k.hip:3:1: remark:     SGPRs: 11 [-Rpass-analysis=kernel-resource-usage]\n"
+        "k.hip:3:1: remark:     VGPRs: " +
+        std::to_string(vgprs) + " [-Rpass-analysis=kernel-resource-usage]\n";
     if (agprs) s += "k.hip:3:1: remark:     AGPRs: 4 [-Rpass-analysis=kernel-resource-usage]\n";
-    s += "k.hip:3:1: remark:     ScratchSize [bytes/lane]: 0 [-Rpass-analysis=kernel-resource-usage]\n"
+    s += "k.hip:3:1: remark:     ScratchSize [bytes/lane]: 0 "
+         "[-Rpass-analysis=kernel-resource-usage]\n"
          "k.hip:3:1: remark:     VGPRs Spill: 2 [-Rpass-analysis=kernel-resource-usage]\n"
-         "k.hip:3:1: remark:     LDS Size [bytes/block]: 8192 [-Rpass-analysis=kernel-resource-usage]\n";
+         "k.hip:3:1: remark:     LDS Size [bytes/block]: 8192 "
+         "[-Rpass-analysis=kernel-resource-usage]\n";
     return s;
   };
-  auto r = parse_resource_usage(Backend::kRocm, block(4, false) + block(6, true), {"gfx90a", "gfx1030"});
+  auto r =
+      parse_resource_usage(Backend::kRocm, block(4, false) + block(6, true), {"gfx90a", "gfx1030"});
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[0]["arch"], "gfx1030");
   EXPECT_EQ(r[0]["vgprs"], 4);
