@@ -9,6 +9,7 @@
 #include "api/problem.hpp"
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
+#include "core/templates/template.hpp"
 #include "core/wrapper.hpp"
 
 namespace kforge::embedded {
@@ -81,6 +82,7 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
     j["compile"].erase("log_text");
   }
   if (m.contains("code_objects")) j["code_objects"] = m["code_objects"];
+  if (m.contains("template")) j["template"] = m["template"];
   if (m.contains("expires_at")) j["expires_at"] = m["expires_at"];
   return j;
 }
@@ -220,6 +222,56 @@ void Server::routes() {
     }
     res.set_content(std::move(*data),
                     binary ? "application/octet-stream" : "text/plain; charset=utf-8");
+  });
+
+  route("POST", "/render", "/render", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = core::parse_json_body(req.body, config_.max_json_depth);
+    if (!body) return send_error(res, body.error());
+    auto kreq = core::parse_kernel_request(*body, config_.limits);
+    if (!kreq) return send_error(res, kreq.error());
+    auto prepared = builder_.prepare(*kreq);
+    if (!prepared) return send_error(res, prepared.error());
+    auto kernel = builder_.render(*prepared);
+    if (!kernel) return send_error(res, kernel.error());
+    nlohmann::json argv = nlohmann::json::array();
+    for (const auto& step : kernel->steps) argv.push_back(step.argv);
+    nlohmann::json j = {{"key", kernel->key},
+                        {"request_key", prepared->request_key},
+                        {"kernel_name", kernel->abi.symbol},
+                        {"backend", core::backend_name(kreq->backend)},
+                        {"archs", prepared->archs},
+                        {"source", core::substitute_kernel_name(kernel->source, kernel->abi.symbol)},
+                        {"abi", kernel->abi.to_json()},
+                        {"workspace_bytes", kernel->abi.workspace_bytes ? nlohmann::json(*kernel->abi.workspace_bytes) : nlohmann::json(nullptr)},
+                        {"wrapper", {{"python", core::python_wrapper(kernel->abi, kreq->backend)},
+                                     {"cpp", core::cpp_wrapper(kernel->abi, kreq->backend)}}},
+                        {"compile", {{"argv", argv}}}};
+    if (prepared->req.tmpl) j["template"] = prepared->req.tmpl->to_json();
+    send_json(res, j);
+  });
+
+  auto describe = [this](const core::templates::Template& t) {
+    nlohmann::json backends = nlohmann::json::object();
+    for (core::Backend b : core::kAllBackends) {
+      nlohmann::json d = t.describe(b);
+      const auto& tc = toolchains_.get(b);
+      core::templates::TemplateRequest probe{b, tc.native ? std::vector<std::string>{*tc.native} : std::vector<std::string>{}, {}};
+      d["default_choices"] = t.default_choices(probe);
+      d["default_choices_for_arch"] = tc.native ? nlohmann::json(*tc.native) : nlohmann::json(nullptr);
+      backends[std::string(core::backend_name(b))] = d;
+    }
+    return nlohmann::json{{"name", t.name()}, {"description", t.description()}, {"backends", backends}};
+  };
+  route("GET", "/templates", "/templates", [describe](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& t : core::templates::Registry::builtin().all()) list.push_back(describe(*t));
+    send_json(res, {{"templates", list}});
+  });
+  route("GET", "/templates/{name}", R"(/templates/([^/]+))", [describe](const httplib::Request& req, httplib::Response& res) {
+    const std::string name = req.matches[1];
+    const auto* t = core::templates::Registry::builtin().find(name);
+    if (!t) return send_problem(res, problem_json(404, "no template named `" + name + "`", "/name"));
+    send_json(res, describe(*t));
   });
 
   // Whatever else hangs under /kernels/ is a malformed key (or a traversal attempt).

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/codeobj.hpp"
+#include "core/templates/template.hpp"
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 
@@ -64,9 +65,9 @@ std::string kernel_symbol(Backend backend, std::string_view family, const std::s
 Builder::Builder(const Toolchains& toolchains, DiskStore& store, BuildConfig config, Spawner spawn)
     : toolchains_(toolchains), store_(store), config_(config), spawn_(std::move(spawn)) {}
 
-Result<BuildResult> Builder::build(const KernelRequest& req) {
-  const auto t0 = Clock::now();
-  BuildResult out;
+Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
+  PreparedRequest p;
+  p.req = req;
   const Toolchain& tc = toolchains_.get(req.backend);
   if (!tc.available) {
     Error e = Error::bad_field("/backend", "backend " + std::string(backend_name(req.backend)) +
@@ -74,41 +75,83 @@ Result<BuildResult> Builder::build(const KernelRequest& req) {
     e.kind = ErrorKind::kUnavailable;
     return std::unexpected(e);
   }
+  p.toolchain = &tc;
   auto archs = tc.resolve_archs(req.archs, "/arch");
   if (!archs) return std::unexpected(archs.error());
-
-  // The request key: a repeated request is answered without parsing or rendering.
-  auto t = Clock::now();
+  p.archs = std::move(*archs);
+  if (req.tmpl) {
+    const templates::Template* t = templates::Registry::builtin().find(req.tmpl->name);
+    if (!t) {
+      std::string known;
+      for (const auto& x : templates::Registry::builtin().all()) known += (known.empty() ? "" : ", ") + x->name();
+      return fail_field("/template", "unknown template `" + req.tmpl->name + "` (known: " + known + ")");
+    }
+    templates::TemplateRequest treq{req.backend, p.archs, *req.tmpl};
+    if (auto r = t->check(treq); !r) return std::unexpected(r.error());
+    p.req.tmpl = std::move(treq.spec);  // parameters now complete: {} and the defaults are one request
+  }
   nlohmann::json rcanon = {{"format", DiskStore::kFormat},
                            {"identity", tc.identity},
-                           {"request", req.canonical(*archs)}};
-  const std::string rkey = sha256_hex(rcanon.dump());
-  if (auto key = store_.lookup_request(rkey)) {
+                           {"request", p.req.canonical(p.archs)}};
+  p.request_key = sha256_hex(rcanon.dump());
+  return p;
+}
+
+Result<RenderedKernel> Builder::render(const PreparedRequest& p) const {
+  RenderedKernel k;
+  if (p.req.tmpl) {
+    const templates::Template* t = templates::Registry::builtin().find(p.req.tmpl->name);
+    auto r = t->render({p.req.backend, p.archs, *p.req.tmpl}, p.req.reference);
+    if (!r) return std::unexpected(r.error());
+    k.source = std::move(r->source);
+    k.abi = std::move(r->abi);
+    k.family = r->family;
+  } else {
+    auto abi = parse_signature(p.req.source, p.req.backend);
+    if (!abi) return std::unexpected(abi.error());
+    k.source = p.req.source;
+    k.abi = std::move(*abi);
+    k.family = "kernel";
+  }
+  const std::string src_name = "source." + std::string(source_extension(p.req.backend));
+  k.steps = p.toolchain->compile_steps(p.archs, p.req.options, src_name);
+  k.key = kernel_key({p.req.backend, p.archs, p.toolchain, k.steps, k.source});
+  k.abi.symbol = kernel_symbol(p.req.backend, k.family, k.key);
+  return k;
+}
+
+Result<BuildResult> Builder::build(const KernelRequest& req) {
+  const auto t0 = Clock::now();
+  BuildResult out;
+  auto t = Clock::now();
+  auto prepared = prepare(req);
+  if (!prepared) return std::unexpected(prepared.error());
+  out.phases_ms["validate"] = ms_since(t);
+
+  // The request key: a repeated request is answered without parsing or rendering.
+  t = Clock::now();
+  if (auto key = store_.lookup_request(prepared->request_key)) {
     if (auto m = store_.lookup(*key)) {
-      out.phases_ms["lookup"] = ms_since(t);
       out.manifest = std::move(*m);
       out.cache = "hit";
     }
   }
+  out.phases_ms["lookup"] = ms_since(t);
   if (out.cache.empty()) {
-    out.phases_ms["lookup"] = ms_since(t);
     t = Clock::now();
-    auto abi = parse_signature(req.source, req.backend);
-    if (!abi) return std::unexpected(abi.error());
-    const std::string src_name = "source." + std::string(source_extension(req.backend));
-    auto steps = tc.compile_steps(*archs, req.options, src_name);
-    const std::string key = kernel_key({req.backend, *archs, &tc, steps, req.source});
-    out.phases_ms["key"] = ms_since(t);
-    if (auto m = store_.lookup(key)) {
+    auto kernel = render(*prepared);
+    if (!kernel) return std::unexpected(kernel.error());
+    out.phases_ms["render"] = ms_since(t);
+    if (auto m = store_.lookup(kernel->key)) {
       out.manifest = std::move(*m);
       out.cache = "hit";
     } else {
-      auto m2 = compile(req, tc, *archs, *abi, steps, key, out.phases_ms);
+      auto m2 = compile(*prepared, *kernel, out.phases_ms);
       if (!m2) return std::unexpected(m2.error());
       out.manifest = std::move(*m2);
       out.cache = "miss";
     }
-    if (auto r = store_.put_request(rkey, key); !r) return std::unexpected(r.error());
+    if (auto r = store_.put_request(prepared->request_key, kernel->key); !r) return std::unexpected(r.error());
   }
   if (out.manifest.value("status", "") == "failed") {
     // A cached negative entry: the same compile error, without running the compiler.
@@ -126,10 +169,13 @@ Result<BuildResult> Builder::build(const KernelRequest& req) {
   return out;
 }
 
-Result<nlohmann::json> Builder::compile(const KernelRequest& req, const Toolchain& tc,
-                                        const std::vector<std::string>& archs, const Abi& parsed,
-                                        const std::vector<CompileStep>& steps,
-                                        const std::string& key, nlohmann::json& phases) {
+Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared, const RenderedKernel& kernel,
+                                        nlohmann::json& phases) {
+  const KernelRequest& req = prepared.req;
+  const Toolchain& tc = *prepared.toolchain;
+  const auto& archs = prepared.archs;
+  const auto& steps = kernel.steps;
+  const std::string& key = kernel.key;
   auto staging = store_.make_staging();
   if (!staging) return std::unexpected(staging.error());
   struct Cleanup {  // the staging dir is gone unless publish() renamed it away
@@ -140,11 +186,9 @@ Result<nlohmann::json> Builder::compile(const KernelRequest& req, const Toolchai
     }
   } cleanup{*staging};
 
-  Abi abi = parsed;
-  abi.symbol = kernel_symbol(req.backend, "kernel", key);
+  const Abi& abi = kernel.abi;
   const std::string src_name = "source." + std::string(source_extension(req.backend));
-  if (auto r = write_file(*staging / src_name, substitute_kernel_name(req.source, abi.symbol));
-      !r) {
+  if (auto r = write_file(*staging / src_name, substitute_kernel_name(kernel.source, abi.symbol)); !r) {
     return std::unexpected(r.error());
   }
   fs::path work = *staging / "work";

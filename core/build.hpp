@@ -45,21 +45,38 @@ struct KeyInputs {
 std::string kernel_key(const KeyInputs& in);
 std::string kernel_symbol(Backend backend, std::string_view family, const std::string& key);
 
+// A request after validation: archs resolved, template parameters complete, request key.
+struct PreparedRequest {
+  KernelRequest req;
+  const Toolchain* toolchain = nullptr;
+  std::vector<std::string> archs;
+  std::string request_key;
+};
+
+// The source to compile and everything derived from it.
+struct RenderedKernel {
+  std::string source;  // with KERNEL_NAME
+  Abi abi;             // symbol already named from the key
+  std::string family;
+  std::vector<CompileStep> steps;
+  std::string key;
+};
+
 class Builder {
  public:
   Builder(const Toolchains& toolchains, DiskStore& store, BuildConfig config,
           Spawner spawn = run_process);
 
   Result<BuildResult> build(const KernelRequest& req);
+  Result<PreparedRequest> prepare(const KernelRequest& req) const;
+  Result<RenderedKernel> render(const PreparedRequest& prepared) const;
 
   uint64_t compiler_runs() const { return compiler_runs_.load(); }
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
 
  private:
-  Result<nlohmann::json> compile(const KernelRequest& req, const Toolchain& tc,
-                                 const std::vector<std::string>& archs, const Abi& abi,
-                                 const std::vector<CompileStep>& steps, const std::string& key,
+  Result<nlohmann::json> compile(const PreparedRequest& prepared, const RenderedKernel& kernel,
                                  nlohmann::json& phases);
 
   const Toolchains& toolchains_;

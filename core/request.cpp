@@ -39,7 +39,139 @@ size_t json_depth(const nlohmann::json& j) {
   return d + 1;
 }
 
+void parse_epilogue(const nlohmann::json& list, size_t n_inputs, const RequestLimits& limits, Checker& c,
+                    std::vector<EpilogueOp>& out) {
+  if (!list.is_array()) return c.add("/epilogue", "must be a list of {op, ...}");
+  if (list.size() > limits.max_epilogue) {
+    return c.add("/epilogue", "at most " + std::to_string(limits.max_epilogue) + " epilogue ops");
+  }
+  static const std::set<std::string> kOps = {"add", "mul", "scale", "relu", "gelu", "silu", "sigmoid", "tanh", "cast"};
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string f = "/epilogue/" + std::to_string(i);
+    const auto& o = list[i];
+    if (!o.is_object() || !o.contains("op") || !o["op"].is_string()) {
+      c.add(f + "/op", "required: one of add, mul, scale, relu, gelu, silu, sigmoid, tanh, cast");
+      continue;
+    }
+    EpilogueOp op;
+    op.op = o["op"].get<std::string>();
+    if (!kOps.contains(op.op)) {
+      c.add(f + "/op", "unknown op `" + op.op + "` (known: add, mul, scale, relu, gelu, silu, sigmoid, tanh, cast)");
+      continue;
+    }
+    if (op.op == "add" || op.op == "mul") {
+      c.unknown_fields(o, f, {"op", "input"});
+      if (!o.contains("input") || !o["input"].is_number_integer() || o["input"].get<int64_t>() < 0 ||
+          o["input"].get<int64_t>() >= static_cast<int64_t>(n_inputs)) {
+        c.add(f + "/input", "required: the index of an entry of `inputs` (0.." + std::to_string(n_inputs ? n_inputs - 1 : 0) + ")");
+      } else {
+        op.input = o["input"].get<int>();
+      }
+    } else if (op.op == "scale") {
+      c.unknown_fields(o, f, {"op", "value"});
+      if (!o.contains("value") || !o["value"].is_number()) c.add(f + "/value", "required: a number");
+      else op.value = o["value"].get<double>();
+    } else if (op.op == "gelu") {
+      c.unknown_fields(o, f, {"op", "approximate"});
+      if (o.contains("approximate")) {
+        if (o["approximate"] == "tanh") op.tanh_approx = true;
+        else if (o["approximate"] != "none") c.add(f + "/approximate", "one of none (erf), tanh");
+      }
+    } else if (op.op == "cast") {
+      c.unknown_fields(o, f, {"op", "dtype"});
+      if (!o.contains("dtype") || !o["dtype"].is_string() || !parse_dtype(o["dtype"].get<std::string>())) {
+        c.add(f + "/dtype", "required: one of " + all_dtype_names());
+      } else {
+        op.dtype = *parse_dtype(o["dtype"].get<std::string>());
+      }
+    } else {
+      c.unknown_fields(o, f, {"op"});
+    }
+    out.push_back(op);
+  }
+}
+
+void parse_template(const nlohmann::json& body, const RequestLimits& limits, Checker& c, KernelRequest& req) {
+  TemplateSpec t;
+  if (!body["template"].is_string() || body["template"].get<std::string>().empty()) {
+    c.add("/template", "must be a template name (GET /templates lists them)");
+  } else {
+    t.name = body["template"].get<std::string>();
+  }
+  if (body.contains("params")) {
+    if (!body["params"].is_object()) c.add("/params", "must be an object of tuning parameters");
+    else t.params = body["params"];
+  }
+  if (!body.contains("inputs") || !body["inputs"].is_array() || body["inputs"].empty()) {
+    c.add("/inputs", "required: a non-empty list of tensors");
+  } else if (body["inputs"].size() > limits.max_inputs) {
+    c.add("/inputs", "at most " + std::to_string(limits.max_inputs) + " inputs");
+  } else {
+    for (size_t i = 0; i < body["inputs"].size(); ++i) {
+      auto tm = parse_tensor(body["inputs"][i], "/inputs/" + std::to_string(i), true);
+      if (!tm) c.errors.insert(c.errors.end(), tm.error().fields.begin(), tm.error().fields.end());
+      else t.inputs.push_back(*tm);
+    }
+  }
+  if (!body.contains("output")) {
+    c.add("/output", "required: the output tensor");
+  } else if (auto tm = parse_tensor(body["output"], "/output", false); !tm) {
+    c.errors.insert(c.errors.end(), tm.error().fields.begin(), tm.error().fields.end());
+  } else {
+    t.output = *tm;
+  }
+  std::set<std::string> names;
+  for (const auto& in : t.inputs) {
+    if (!names.insert(in.name).second) c.add("/inputs", "two tensors are named `" + in.name + "`");
+  }
+  if (!t.output.name.empty() && names.contains(t.output.name)) c.add("/output/name", "the output's name is taken by an input");
+  const size_t n = body.contains("inputs") && body["inputs"].is_array() ? body["inputs"].size() : 0;
+  if (body.contains("input_reorder")) {
+    const auto& r = body["input_reorder"];
+    std::vector<bool> seen(n, false);
+    if (!r.is_array() || r.size() != n) {
+      c.add("/input_reorder", "must list each index of `inputs` once (" + std::to_string(n) + " entries)");
+    } else {
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (!r[i].is_number_integer() || r[i].get<int64_t>() < 0 || r[i].get<int64_t>() >= static_cast<int64_t>(n) ||
+            seen[r[i].get<size_t>()]) {
+          c.add("/input_reorder/" + std::to_string(i), "must be an unused index of `inputs`");
+        } else {
+          seen[r[i].get<size_t>()] = true;
+          t.input_reorder.push_back(r[i].get<int>());
+        }
+      }
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) t.input_reorder.push_back(static_cast<int>(i));
+  }
+  if (body.contains("epilogue")) parse_epilogue(body["epilogue"], n, limits, c, t.epilogue);
+  if (body.contains("reference")) {
+    if (!body["reference"].is_boolean()) c.add("/reference", "must be true or false");
+    else req.reference = body["reference"].get<bool>();
+  }
+  req.tmpl = std::move(t);
+}
+
 }  // namespace
+
+nlohmann::json EpilogueOp::to_json() const {
+  nlohmann::json j = {{"op", op}};
+  if (op == "add" || op == "mul") j["input"] = input;
+  if (op == "scale") j["value"] = value;
+  if (op == "gelu") j["approximate"] = tanh_approx ? "tanh" : "none";
+  if (op == "cast") j["dtype"] = dtype_name(dtype);
+  return j;
+}
+
+nlohmann::json TemplateSpec::to_json() const {
+  nlohmann::json ins = nlohmann::json::array();
+  for (const auto& t : inputs) ins.push_back(t.to_json());
+  nlohmann::json ep = nlohmann::json::array();
+  for (const auto& e : epilogue) ep.push_back(e.to_json());
+  return {{"template", name}, {"params", params}, {"inputs", ins}, {"output", output.to_json()},
+          {"input_reorder", input_reorder}, {"epilogue", ep}};
+}
 
 Result<nlohmann::json> parse_json_body(std::string_view body, size_t max_depth) {
   // Depth is checked while parsing, so a deeply nested body cannot exhaust the stack.
@@ -68,10 +200,14 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
   if (!body.is_object()) return fail_field("", "the request body must be a JSON object");
   Checker c;
   KernelRequest req;
-  c.unknown_fields(body, "", {"backend", "arch", "source", "options"});
-  if (body.contains("template")) {
-    c.errors.back().message =
-        "template mode is not supported by this server version; send `source`";
+  const bool template_mode = body.contains("template");
+  if (template_mode) {
+    c.unknown_fields(body, "", {"backend", "arch", "template", "params", "inputs", "output",
+                                "input_reorder", "epilogue", "reference", "options"});
+    if (body.contains("source")) c.add("/source", "give either `source` or `template`, not both");
+    parse_template(body, limits, c, req);
+  } else {
+    c.unknown_fields(body, "", {"backend", "arch", "source", "options"});
   }
 
   if (!body.contains("backend")) {
@@ -112,7 +248,7 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
 
   if (!body.contains("source")) {
     if (!body.contains("template"))
-      c.add("/source", "required: the kernel source with KERNEL_NAME");
+      c.add("/source", "required: the kernel source with KERNEL_NAME (or a `template`)");
   } else if (!body["source"].is_string()) {
     c.add("/source", "must be a string");
   } else {
@@ -156,10 +292,13 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
 }
 
 nlohmann::json KernelRequest::canonical(const std::vector<std::string>& resolved_archs) const {
-  return {{"backend", backend_name(backend)},
-          {"arch", resolved_archs},
-          {"source", source},
-          {"options", options.to_json()}};
+  nlohmann::json j = {{"backend", backend_name(backend)}, {"arch", resolved_archs}, {"options", options.to_json()}};
+  if (tmpl) {
+    j["template"] = tmpl->to_json();
+    j["reference"] = reference;
+  }
+  else j["source"] = source;
+  return j;
 }
 
 }  // namespace kforge::core

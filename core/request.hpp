@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/backend.hpp"
+#include "core/tensor.hpp"
 #include "core/error.hpp"
 #include "core/toolchain.hpp"
 
@@ -20,12 +21,37 @@ struct RequestLimits {
   size_t max_source_bytes = 1 << 20;
   size_t max_archs = 16;
   size_t max_string = 256;
+  size_t max_inputs = 16;
+  size_t max_epilogue = 16;
+};
+
+// One elementwise step of a fused epilogue, applied in registers before the store.
+struct EpilogueOp {
+  std::string op;            // add mul scale relu gelu silu sigmoid tanh cast
+  int input = -1;            // add, mul: index into `inputs`
+  double value = 0;          // scale
+  bool tanh_approx = false;  // gelu: "approximate": "tanh"
+  Dtype dtype = Dtype::kFloat32;  // cast: round through this dtype
+  nlohmann::json to_json() const;
+};
+
+// Template mode: what Inductor's scheduler hands to a template's render().
+struct TemplateSpec {
+  std::string name;
+  nlohmann::json params = nlohmann::json::object();  // as given; the template validates
+  std::vector<TensorMeta> inputs;
+  TensorMeta output;
+  std::vector<int> input_reorder;  // kernel argument order of `inputs` (a permutation)
+  std::vector<EpilogueOp> epilogue;
+  nlohmann::json to_json() const;
 };
 
 struct KernelRequest {
   Backend backend = Backend::kCpu;
   std::vector<std::string> archs{"native"};  // as asked; resolved by the toolchain
   std::string source;                        // source mode: the text with KERNEL_NAME
+  std::optional<TemplateSpec> tmpl;          // template mode
+  bool reference = false;                    // template mode: the reference rendering
   CompileOptions options;
 
   // The request in canonical form (resolved archs in place of the asked ones): what the

@@ -1,0 +1,339 @@
+#include "core/templates/gemm.hpp"
+
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+namespace kforge::core::templates {
+namespace {
+
+using nlohmann::json;
+
+std::vector<json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
+
+bool is_float(Dtype d) { return d == Dtype::kFloat32 || d == Dtype::kFloat16 || d == Dtype::kBFloat16; }
+
+std::string dims(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Collects errors for one answer.
+struct Problems {
+  std::vector<FieldError> list;
+  void add(std::string f, std::string m) { list.push_back({std::move(f), std::move(m)}); }
+  Result<void> result() const {
+    if (list.empty()) return {};
+    Error e = Error::make(ErrorKind::kBadRequest, list.size() == 1 ? list[0].message : std::to_string(list.size()) + " problems with the gemm request");
+    e.fields = list;
+    return std::unexpected(e);
+  }
+};
+
+bool has_mfma(const std::string& arch) { return arch.starts_with("gfx90a") || arch.starts_with("gfx908") || arch.starts_with("gfx94"); }
+
+int64_t rocm_lds_limit(const std::string&) { return 64 * 1024; }
+
+void check_shapes(const TemplateSpec& s, Problems& p) {
+  if (s.inputs.size() < 2) return p.add("/inputs", "gemm takes A and B as inputs[0] and inputs[1]");
+  const TensorMeta& a = s.inputs[0];
+  const TensorMeta& b = s.inputs[1];
+  const TensorMeta& c = s.output;
+  if (c.rank() != 2 && c.rank() != 3) return p.add("/output/sizes", "the output is [M, N] or [batch, M, N]");
+  if (a.rank() != 2 && a.rank() != 3) return p.add("/inputs/0/sizes", "A is [M, K] or [batch, M, K]");
+  if (b.rank() != 2 && b.rank() != 3) return p.add("/inputs/1/sizes", "B is [K, N] or [batch, K, N]");
+  if (c.rank() == 2 && (a.rank() == 3 || b.rank() == 3)) return p.add("/output/sizes", "a batched A or B needs a [batch, M, N] output");
+  const int64_t batch = c.rank() == 3 ? c.sizes[0] : 1;
+  auto m = [](const TensorMeta& t, int i) { return t.sizes[t.rank() - 2 + i]; };
+  if (a.rank() == 3 && a.sizes[0] != batch && a.sizes[0] != 1) p.add("/inputs/0/sizes/0", "batch " + std::to_string(a.sizes[0]) + " does not match the output's " + std::to_string(batch));
+  if (b.rank() == 3 && b.sizes[0] != batch && b.sizes[0] != 1) p.add("/inputs/1/sizes/0", "batch " + std::to_string(b.sizes[0]) + " does not match the output's " + std::to_string(batch));
+  if (m(a, 1) != m(b, 0)) p.add("/inputs/1/sizes", "A is " + dims(a.sizes) + " and B is " + dims(b.sizes) + ": K differs (" + std::to_string(m(a, 1)) + " vs " + std::to_string(m(b, 0)) + ")");
+  if (m(a, 0) != m(c, 0)) p.add("/output/sizes", "the output has M = " + std::to_string(m(c, 0)) + " but A has " + std::to_string(m(a, 0)));
+  if (m(b, 1) != m(c, 1)) p.add("/output/sizes", "the output has N = " + std::to_string(m(c, 1)) + " but B has " + std::to_string(m(b, 1)));
+  if (overlaps(a)) p.add("/inputs/0/strides", "A's strides make elements overlap");
+  if (overlaps(b)) p.add("/inputs/1/strides", "B's strides make elements overlap");
+  if (!is_float(a.dtype)) p.add("/inputs/0/dtype", "gemm takes float32, float16 or bfloat16");
+  if (b.dtype != a.dtype) p.add("/inputs/1/dtype", "A and B must have one dtype (A is " + std::string(dtype_name(a.dtype)) + ")");
+  if (!is_float(c.dtype)) p.add("/output/dtype", "the output is float32, float16 or bfloat16");
+
+  std::set<int> used = {0, 1};
+  for (size_t i = 0; i < s.epilogue.size(); ++i) {
+    const EpilogueOp& op = s.epilogue[i];
+    const std::string f = "/epilogue/" + std::to_string(i);
+    if (op.op == "cast" && !is_float(op.dtype)) p.add(f + "/dtype", "cast rounds through float32, float16 or bfloat16");
+    if (op.input < 0) continue;
+    if (op.input < 2) {
+      p.add(f + "/input", "inputs 0 and 1 are A and B; epilogue operands are inputs[2] and later");
+      continue;
+    }
+    used.insert(op.input);
+    const TensorMeta& e = s.inputs[static_cast<size_t>(op.input)];
+    const std::string ef = "/inputs/" + std::to_string(op.input);
+    if (!is_float(e.dtype)) p.add(ef + "/dtype", "an epilogue operand is float32, float16 or bfloat16");
+    if (e.rank() > c.rank()) {
+      p.add(ef + "/sizes", dims(e.sizes) + " has more dimensions than the output " + dims(c.sizes));
+      continue;
+    }
+    for (size_t d = 0; d < e.rank(); ++d) {
+      int64_t want = c.sizes[d + c.rank() - e.rank()];
+      if (e.sizes[d] != want && e.sizes[d] != 1) {
+        p.add(ef + "/sizes/" + std::to_string(d), dims(e.sizes) + " does not broadcast to the output " + dims(c.sizes));
+        break;
+      }
+    }
+  }
+  for (size_t i = 2; i < s.inputs.size(); ++i) {
+    if (!used.contains(static_cast<int>(i))) p.add("/inputs/" + std::to_string(i), "input " + std::to_string(i) + " (`" + s.inputs[i].name + "`) is not used by the epilogue");
+  }
+}
+
+void check_cpu(const TemplateRequest& r, Problems& p) {
+  const json& q = r.spec.params;
+  int mr = q["mr"], nr = q["nr"], vec = q["vec"], mc = q["mc"], nc = q["nc"];
+  const int width = cpu_vector_width(r.archs.at(0));
+  if (vec > width) p.add("/params/vec", "vec " + std::to_string(vec) + " needs wider vectors than -march=" + r.archs[0] + " has (" + std::to_string(width) + " floats)");
+  if (nr % vec != 0) p.add("/params/nr", "nr " + std::to_string(nr) + " must be a multiple of vec " + std::to_string(vec));
+  if (mc % mr != 0) p.add("/params/mc", "mc " + std::to_string(mc) + " must be a multiple of mr " + std::to_string(mr));
+  if (nc % nr != 0) p.add("/params/nc", "nc " + std::to_string(nc) + " must be a multiple of nr " + std::to_string(nr));
+  const int regs = width >= 16 ? 32 : 16;
+  const int need = mr * (nr / std::max(vec, 1)) + nr / std::max(vec, 1) + 1;
+  if (need > regs) p.add("/params/mr", "mr x nr/vec accumulators need " + std::to_string(need) + " vector registers; the arch has " + std::to_string(regs));
+}
+
+void check_cuda(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
+  const json& q = r.spec.params;
+  int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
+  if (g.ab == Dtype::kFloat32) {
+    const int threads = warps * 32;
+    const int per = bm * bn / threads;
+    const int tn = per <= 16 ? 4 : 8;
+    if (per < 4 || per > 64 || bm * bn % threads != 0 || bn % tn != 0 || (bn / tn) > threads || threads % (bn / tn) != 0 ||
+        bm % (threads / (bn / tn)) != 0) {
+      p.add("/params/warps", "float32 SIMT: block_m x block_n / (warps x 32) = " + std::to_string(per) + " outputs per thread; it must be 4 to 64 and tile the block");
+    }
+    if (bk > 32) p.add("/params/block_k", "float32 SIMT takes block_k up to 32");
+    const int64_t smem = int64_t(bk) * (bm + 4 + bn + 4) * 4;
+    if (smem > 48 * 1024) p.add("/params/block_k", "float32 SIMT tiles need " + std::to_string(smem) + " bytes of static shared memory; the limit is 49152");
+    return;
+  }
+  for (size_t i = 0; i < r.archs.size(); ++i) {
+    int sm = std::atoi(r.archs[i].c_str() + 3);
+    if (sm < 80) p.add(r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch", "the float16/bfloat16 gemm uses mma.sync and cp.async: sm_80 or newer, not " + r.archs[i]);
+    const int64_t smem = int64_t(stages) * (int64_t(bm) * (bk + 8) + int64_t(bk) * (bn + 8)) * 2;
+    if (smem > cuda_smem_limit(r.archs[i])) {
+      p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) +
+                                  " tiles need " + std::to_string(smem) + " bytes of shared memory; " + r.archs[i] + " has " + std::to_string(cuda_smem_limit(r.archs[i])));
+    }
+  }
+  const int wm = warps >= 4 ? 2 : 1;
+  const int wn = warps / wm;
+  const int wtm = bm / wm, wtn = bn / wn;
+  if (wtm % 16 != 0 || wtn % 16 != 0 || wtm < 16 || wtn < 16) {
+    p.add("/params/warps", std::to_string(warps) + " warps split a " + std::to_string(bm) + "x" + std::to_string(bn) + " block into " + std::to_string(wtm) + "x" + std::to_string(wtn) + " warp tiles; each must be a multiple of 16x16");
+  } else if ((wtm / 16) * (wtn / 8) * 4 > 128) {
+    p.add("/params/warps", "a " + std::to_string(wtm) + "x" + std::to_string(wtn) + " warp tile holds " + std::to_string((wtm / 16) * (wtn / 8) * 4) + " accumulators per thread; the limit is 128 (registers)");
+  }
+  const int threads = warps * 32;
+  if ((bm * bk / 8) % threads != 0 && bm * bk / 8 < threads) p.add("/params/block_k", "the A tile is too small for the block's threads to load");
+}
+
+void check_rocm(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
+  const json& q = r.spec.params;
+  int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"];
+  const int64_t lds = (int64_t(bm) + bn) * (bk + 4) * 4;
+  for (const auto& a : r.archs) {
+    if (lds > rocm_lds_limit(a)) p.add("/params/block_k", "tiles need " + std::to_string(lds) + " bytes of LDS; " + a + " has 65536");
+  }
+  const int wm = warps >= 2 ? 2 : 1, wn = warps / wm;
+  if (bm / wm < 32 || bn / wn < 32 || (bm / wm) % 32 || (bn / wn) % 32) {
+    p.add("/params/warps", std::to_string(warps) + " wavefronts split a " + std::to_string(bm) + "x" + std::to_string(bn) + " block into tiles that are not multiples of 32x32 (the MFMA tile)");
+  }
+  if ((bm / wm / 16) * (bn / wn / 16) * 4 > 128) p.add("/params/warps", "the wavefront tile needs more than 128 accumulator registers");
+  (void)g;
+}
+
+}  // namespace
+
+int cpu_vector_width(const std::string& march) {
+  static const std::set<std::string> k512 = {"skylake-avx512", "cannonlake", "icelake-client", "icelake-server", "cascadelake",
+                                             "cooperlake", "tigerlake", "sapphirerapids", "rocketlake", "x86-64-v4", "knl", "knm",
+                                             "znver4"};
+  static const std::set<std::string> k256 = {"haswell", "broadwell", "skylake", "alderlake", "core-avx2", "znver1", "znver2",
+                                             "znver3", "x86-64-v3", "bdver4"};
+  if (k512.contains(march)) return 16;
+  if (k256.contains(march)) return 8;
+  return 4;
+}
+
+int64_t cuda_smem_limit(const std::string& arch) {
+  int sm = std::atoi(arch.c_str() + 3);
+  if (sm == 80 || sm == 87) return 163 * 1024;
+  if (sm == 86 || sm == 89 || sm >= 120) return 99 * 1024;
+  if (sm >= 90) return 227 * 1024;
+  return 64 * 1024;
+}
+
+GemmProblem gemm_problem(const TemplateSpec& s) {
+  const TensorMeta& a = s.inputs[0];
+  const TensorMeta& b = s.inputs[1];
+  const TensorMeta& c = s.output;
+  GemmProblem g;
+  g.rank3 = c.rank() == 3;
+  g.batch = g.rank3 ? c.sizes[0] : 1;
+  g.M = c.sizes[c.rank() - 2];
+  g.N = c.sizes[c.rank() - 1];
+  g.K = a.sizes[a.rank() - 1];
+  g.ab = a.dtype;
+  g.out = c.dtype;
+  auto bstride = [](const TensorMeta& t) { return t.rank() == 3 && t.sizes[0] > 1 ? t.strides[0] : 0; };
+  g.sAb = bstride(a), g.sAm = a.strides[a.rank() - 2], g.sAk = a.strides[a.rank() - 1], g.offA = a.offset;
+  g.sBb = bstride(b), g.sBk = b.strides[b.rank() - 2], g.sBn = b.strides[b.rank() - 1], g.offB = b.offset;
+  g.sCb = bstride(c), g.sCm = c.strides[c.rank() - 2], g.sCn = c.strides[c.rank() - 1], g.offC = c.offset;
+  // A size-1 dimension's stride is never used; make it 0 so that layouts compare by meaning.
+  if (g.M == 1) g.sAm = g.sCm = 0;
+  if (g.N == 1) g.sBn = g.sCn = 0;
+  if (g.K == 1) g.sAk = g.sBk = 0;
+  return g;
+}
+
+EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& sig) {
+  const auto& spec = req.spec;
+  EpilogueCode code;
+  std::ostringstream body;
+  std::set<int> declared;
+  const TensorMeta& c = spec.output;
+  for (const auto& op : spec.epilogue) {
+    if (op.input >= 0 && declared.insert(op.input).second) {
+      const TensorMeta& t = spec.inputs[static_cast<size_t>(op.input)];
+      code.params += ", const " + element_ctype(req.backend, t.dtype) + "* __restrict__ " + sig.arg(op.input);
+      code.args += ", " + sig.arg(op.input);
+    }
+  }
+  auto operand = [&](int input) {
+    const TensorMeta& t = spec.inputs[static_cast<size_t>(input)];
+    static const std::vector<std::string> k3 = {"b", "m", "n"};
+    std::vector<std::string> idx(k3.end() - static_cast<long>(t.rank()), k3.end());
+    if (c.rank() == 2 && t.rank() == 3) idx = k3;  // cannot happen after check()
+    return "kf_to_float(" + sig.arg(input) + "[" + offset_expr(t, idx) + "])";
+  };
+  for (const auto& op : spec.epilogue) {
+    body << "  ";
+    if (op.op == "add") body << "v = v + " << operand(op.input) << ";";
+    else if (op.op == "mul") body << "v = v * " << operand(op.input) << ";";
+    else if (op.op == "scale") body << "v = v * " << std::to_string(op.value) << "f;";
+    else if (op.op == "relu") body << "v = v > 0.0f ? v : 0.0f;";
+    else if (op.op == "sigmoid") body << "v = 1.0f / (1.0f + expf(-v));";
+    else if (op.op == "silu") body << "v = v / (1.0f + expf(-v));";
+    else if (op.op == "tanh") body << "v = tanhf(v);";
+    else if (op.op == "gelu" && op.tanh_approx) body << "v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));";
+    else if (op.op == "gelu") body << "v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));";
+    else if (op.op == "cast") body << "{ " << element_ctype(req.backend, op.dtype) << " r; kf_store(&r, v); v = kf_to_float(r); }";
+    body << "  // " << op.op << "\n";
+  }
+  code.function = "KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n" + code.params + ") {\n" +
+                  "  (void)b; (void)m; (void)n;\n" + body.str() + "  return v;\n}\n";
+  return code;
+}
+
+std::string GemmTemplate::description() const {
+  return "out = epilogue(A @ B): A is inputs[0] ([M,K] or [B,M,K]), B is inputs[1] ([K,N] or [B,K,N]), any strides; "
+         "float32/float16/bfloat16 with float32 accumulation; epilogue ops add/mul (inputs[2..], broadcast), scale, relu, "
+         "gelu (erf or tanh), silu, sigmoid, tanh, cast.";
+}
+
+std::vector<ParamSpec> GemmTemplate::params(Backend backend) const {
+  switch (backend) {
+    case Backend::kCpu:
+      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), 8, "micro-tile rows (register block)"},
+              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 32, "micro-tile columns (register block, a multiple of vec)"},
+              {"vec", "int", ints({4, 8, 16}), 16, "floats per vector register (16: AVX-512, 8: AVX2, 4: SSE)"},
+              {"mc", "int", ints({16, 24, 32, 48, 64, 96, 112, 128, 144, 192, 256}), 96, "rows of A packed per block (L2)"},
+              {"kc", "int", ints({64, 128, 192, 256, 384, 512}), 256, "depth of a packed panel (L1)"},
+              {"nc", "int", ints({128, 256, 512, 1024, 2048, 4096}), 2048, "columns of B packed per block (L3)"},
+              {"threads", "int", ints({0, 1, 2, 4, 8, 16, 32, 64}), 0, "OpenMP threads (0: all cores)"}};
+    case Backend::kCuda:
+      return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
+              {"block_n", "int", ints({32, 64, 128, 256}), 128, "columns of C per thread block"},
+              {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
+              {"warps", "int", ints({1, 2, 4, 8}), 8, "warps per block (2 x warps/2 warp grid from 4 on)"},
+              {"stages", "int", ints({1, 2, 3, 4, 5}), 3, "cp.async pipeline stages (16-bit types)"}};
+    case Backend::kRocm:
+      return {{"block_m", "int", ints({32, 64, 128, 256}), 64, "rows of C per workgroup"},
+              {"block_n", "int", ints({32, 64, 128, 256}), 64, "columns of C per workgroup"},
+              {"block_k", "int", ints({8, 16, 32}), 16, "depth of an LDS tile"},
+              {"warps", "int", ints({1, 2, 4}), 4, "wavefronts per workgroup (2 x warps/2 from 2 on)"}};
+  }
+  return {};
+}
+
+std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) const {
+  std::vector<json> out;
+  switch (req.backend) {
+    case Backend::kCpu: {
+      const int w = cpu_vector_width(req.archs.empty() ? "x86-64" : req.archs[0]);
+      for (auto [mr, nr] : std::vector<std::pair<int, int>>{{8, 2 * w}, {6, 2 * w}, {12, 2 * w}, {14, 2 * w}, {4, 4 * w}, {4, 3 * w}}) {
+        for (int kc : {256, 384}) out.push_back({{"mr", mr}, {"nr", nr}, {"vec", w}, {"mc", mr * (96 / mr + (96 % mr ? 1 : 0))}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});
+      }
+      break;
+    }
+    case Backend::kCuda:
+      if (!req.spec.inputs.empty() && req.spec.inputs[0].dtype == Dtype::kFloat32) {
+        for (auto [bm, bn, bk, w] : std::vector<std::tuple<int, int, int, int>>{
+                 {128, 128, 8, 8}, {128, 128, 16, 8}, {64, 128, 16, 4}, {128, 64, 16, 4}, {64, 64, 16, 4}, {64, 64, 8, 2}}) {
+          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", 1}});
+        }
+        break;
+      }
+      for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{
+               {128, 128, 32, 4, 3}, {128, 128, 32, 4, 4}, {128, 256, 32, 8, 3}, {256, 128, 32, 8, 3}, {128, 128, 64, 4, 3},
+               {64, 128, 32, 4, 4}, {128, 64, 32, 4, 4}, {64, 64, 32, 4, 4}, {128, 256, 64, 8, 3}, {64, 256, 32, 4, 3}}) {
+        out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}});
+      }
+      break;
+    case Backend::kRocm:
+      for (auto [bm, bn, bk, w] : std::vector<std::tuple<int, int, int, int>>{{64, 64, 16, 4}, {128, 128, 16, 4}, {128, 64, 16, 4}, {64, 128, 32, 4}}) {
+        out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}});
+      }
+      break;
+  }
+  return out;
+}
+
+Result<void> GemmTemplate::check(TemplateRequest& req) const {
+  if (auto r = apply_param_specs(params(req.backend), req.spec.params); !r) return r;
+  Problems p;
+  check_shapes(req.spec, p);
+  if (!p.list.empty()) return p.result();
+  const GemmProblem g = gemm_problem(req.spec);
+  switch (req.backend) {
+    case Backend::kCpu: check_cpu(req, p); break;
+    case Backend::kCuda: check_cuda(req, g, p); break;
+    case Backend::kRocm: check_rocm(req, g, p); break;
+  }
+  return p.result();
+}
+
+Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference) const {
+  const GemmProblem g = gemm_problem(req.spec);
+  KernelSignature sig(req, {{"M", "int64_t", g.M}, {"N", "int64_t", g.N}, {"K", "int64_t", g.K}, {"batch", "int64_t", g.batch}});
+  EpilogueCode ep = gemm_epilogue(req, sig);
+  Rendered out;
+  uint64_t workspace = 0;
+  if (reference) {
+    out.source = render_gemm_reference(req, g, sig, ep);
+    out.family = "gemm_ref";
+  } else {
+    switch (req.backend) {
+      case Backend::kCpu: out.source = render_gemm_cpu(req, g, sig, ep, workspace); break;
+      case Backend::kCuda: out.source = render_gemm_cuda(req, g, sig, ep); break;
+      case Backend::kRocm: out.source = render_gemm_rocm(req, g, sig, ep); break;
+    }
+    out.family = "gemm";
+  }
+  out.abi = sig.abi();
+  out.abi.workspace_bytes = workspace;
+  return out;
+}
+
+}  // namespace kforge::core::templates

@@ -1,0 +1,67 @@
+// The `gemm` template: out = epilogue(A @ B), batched when the output has rank 3.
+// A is inputs[0] ([M,K] or [B,M,K]), B is inputs[1] ([K,N] or [B,K,N]); any stride
+// order, storage offsets, float32/float16/bfloat16, accumulation in float32. The other
+// inputs feed the epilogue (`add`/`mul`), broadcast against [B,M,N] like torch.
+// Backends: cpu (packed, cache-blocked, vectorized, OpenMP), cuda (mma.sync tensor cores
+// with a cp.async multi-stage pipeline for 16-bit types, SIMT for float32), rocm (MFMA on
+// gfx90a/gfx908, a plain LDS-tiled kernel elsewhere). render(reference=true) gives the
+// naive one-output-per-thread kernel that verification trusts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/templates/kernel.hpp"
+#include "core/templates/template.hpp"
+
+namespace kforge::core::templates {
+
+// A checked gemm request in the form the renderers use: everything as numbers.
+struct GemmProblem {
+  int64_t batch = 1, M = 0, N = 0, K = 0;
+  Dtype ab = Dtype::kFloat32, out = Dtype::kFloat32;
+  // Element strides; batch strides are 0 where an operand is shared by every batch.
+  int64_t sAb = 0, sAm = 0, sAk = 0, offA = 0;
+  int64_t sBb = 0, sBk = 0, sBn = 0, offB = 0;
+  int64_t sCb = 0, sCm = 0, sCn = 0, offC = 0;
+  bool rank3 = false;
+};
+
+GemmProblem gemm_problem(const TemplateSpec& spec);
+
+// The epilogue as C++: a function
+//   KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n, <extra params>)
+// plus the parameter list and argument list for the epilogue inputs.
+struct EpilogueCode {
+  std::string function;
+  std::string params;  // ", const float* __restrict__ e2" ... (leading comma)
+  std::string args;    // ", e2" ...
+};
+EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& sig);
+
+// Per-backend renderers, in gemm_<backend>.cpp.
+std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
+                            const EpilogueCode& ep, uint64_t& workspace_bytes);
+std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
+                             const EpilogueCode& ep);
+std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
+                             const EpilogueCode& ep);
+std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
+                                  const EpilogueCode& ep);
+
+// The register-file width for a cpu -march name: 16 floats (AVX-512), 8 (AVX2) or 4.
+int cpu_vector_width(const std::string& march);
+// Shared memory per block an arch allows (bytes), for the cuda and rocm checks.
+int64_t cuda_smem_limit(const std::string& arch);
+
+class GemmTemplate final : public Template {
+ public:
+  std::string name() const override { return "gemm"; }
+  std::string description() const override;
+  std::vector<ParamSpec> params(Backend backend) const override;
+  std::vector<nlohmann::json> default_choices(const TemplateRequest& req) const override;
+  Result<void> check(TemplateRequest& req) const override;
+  Result<Rendered> render(const TemplateRequest& req, bool reference) const override;
+};
+
+}  // namespace kforge::core::templates

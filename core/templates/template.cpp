@@ -1,0 +1,64 @@
+#include "core/templates/template.hpp"
+
+#include <algorithm>
+
+#include "core/templates/gemm.hpp"
+
+namespace kforge::core::templates {
+
+nlohmann::json ParamSpec::to_json() const {
+  return {{"name", name}, {"type", type}, {"allowed", allowed}, {"default", default_value},
+          {"description", description}};
+}
+
+nlohmann::json Template::describe(Backend backend) const {
+  nlohmann::json ps = nlohmann::json::array();
+  for (const auto& p : params(backend)) ps.push_back(p.to_json());
+  return {{"name", name()}, {"backend", backend_name(backend)}, {"description", description()}, {"params", ps}};
+}
+
+const Registry& Registry::builtin() {
+  static const Registry* r = [] {
+    auto* reg = new Registry();
+    reg->add(std::make_unique<GemmTemplate>());
+    return reg;
+  }();
+  return *r;
+}
+
+const Template* Registry::find(const std::string& name) const {
+  for (const auto& t : templates_) {
+    if (t->name() == name) return t.get();
+  }
+  return nullptr;
+}
+
+Result<void> apply_param_specs(const std::vector<ParamSpec>& specs, nlohmann::json& params) {
+  Error err = Error::make(ErrorKind::kBadRequest, "");
+  for (auto it = params.begin(); it != params.end(); ++it) {
+    if (std::none_of(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == it.key(); })) {
+      std::string known;
+      for (const auto& s : specs) known += (known.empty() ? "" : ", ") + s.name;
+      err.fields.push_back({"/params/" + it.key(), "unknown parameter `" + it.key() + "` (known: " + known + ")"});
+    }
+  }
+  for (const auto& s : specs) {
+    if (!params.contains(s.name)) {
+      params[s.name] = s.default_value;
+      continue;
+    }
+    const auto& v = params[s.name];
+    if (s.type == "int" && !v.is_number_integer()) {
+      err.fields.push_back({"/params/" + s.name, "must be an integer"});
+    } else if (std::find(s.allowed.begin(), s.allowed.end(), v) == s.allowed.end()) {
+      std::string list;
+      for (const auto& a : s.allowed) list += (list.empty() ? "" : ", ") + a.dump();
+      err.fields.push_back({"/params/" + s.name, "value " + v.dump() + " is not allowed (allowed: " + list + ")"});
+    }
+  }
+  if (err.fields.empty()) return {};
+  err.message = err.fields.size() == 1 ? err.fields[0].message : std::to_string(err.fields.size()) + " invalid parameters";
+  return std::unexpected(err);
+}
+
+}  // namespace kforge::core::templates
