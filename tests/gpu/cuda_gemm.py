@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Runs the CUDA gemm cases on a real NVIDIA GPU through a real kforge service.
+
+Starts `kforge serve` (the binary given by --kforge), submits each case over HTTP,
+downloads the .so, calls it through ctypes on torch tensors laid out as the request
+says (row/column-major views, batch strides, storage offsets) and compares the result
+with a float64 torch reference of the same epilogue. Prints one line per case and a
+summary; exits non-zero if any case fails. With --bench, also times a few tuning
+choices at 4096^3 against torch.matmul (cuBLAS) with CUDA events.
+"""
+import argparse
+import concurrent.futures
+import ctypes
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import torch
+
+DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TOL = {"float32": (1e-4, 1e-4), "float16": (2e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}  # (rtol, atol per sqrt(K))
+
+
+def start_server(kforge, cache):
+    proc = subprocess.Popen([kforge, "serve", "--port", "0", "--cache-dir", cache],
+                            stdout=subprocess.PIPE, stderr=open(os.path.join(cache, "..", "server.log"), "w"), text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("listening on "), line
+    return proc, line.split()[-1]
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as f:
+            return f.status, json.load(f)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def meta(name, t, offset=0):
+    return {"name": name, "dtype": str(t.dtype).replace("torch.", ""), "sizes": list(t.shape),
+            "strides": list(t.stride()), "offset": offset}
+
+
+def operand(rows, cols, dtype, transposed, batch=0):
+    shape = ([batch] if batch else []) + ([cols, rows] if transposed else [rows, cols])
+    t = torch.randn(*shape, device="cuda", dtype=torch.float32).to(dtype)
+    return t.transpose(-1, -2) if transposed else t
+
+
+def epilogue_ref(v, ops, inputs):
+    for op in ops:
+        o = op["op"]
+        if o == "add": v = v + inputs[op["input"]].double()
+        elif o == "mul": v = v * inputs[op["input"]].double()
+        elif o == "scale": v = v * op["value"]
+        elif o == "relu": v = torch.relu(v)
+        elif o == "gelu": v = torch.nn.functional.gelu(v, approximate=op.get("approximate", "none"))
+        elif o == "silu": v = torch.nn.functional.silu(v)
+        elif o == "sigmoid": v = torch.sigmoid(v)
+        elif o == "tanh": v = torch.tanh(v)
+        elif o == "cast": v = v.to(DT[op["dtype"]]).double()
+    return v
+
+
+class Kernel:
+    def __init__(self, url, body, workdir):
+        st, self.j = post(url, "/kernels", body)
+        if st != 200:
+            raise RuntimeError(f"HTTP {st}: {self.j.get('detail')} {json.dumps(self.j.get('errors'))} {self.j.get('log', '')[:2000]}")
+        data = urllib.request.urlopen(url + self.j["artifact"]["url"]).read()
+        # A file of its own per load: two cases may get the same kernel, and rewriting a
+        # loaded .so would pull it from under the other.
+        fd, path = tempfile.mkstemp(prefix=self.j["kernel_name"] + ".", suffix=".so", dir=workdir)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        self.fn = getattr(ctypes.CDLL(path), self.j["kernel_name"])
+        self.fn.restype = ctypes.c_int
+
+    def __call__(self, tensors):
+        args = []
+        for a in self.j["abi"]["args"]:
+            if a["kind"] == "tensor": args.append(ctypes.c_void_p(tensors[a["binds"]].data_ptr()))
+            elif a["kind"] == "scalar": args.append(ctypes.c_int64(a["value"]))
+            elif a["kind"] in ("workspace_size", "workspace"): args.append(None)
+            else: args.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        rc = self.fn(*args)
+        if rc != 0:
+            raise RuntimeError(f"{self.j['kernel_name']} returned {rc}")
+
+
+def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, params=None, arch="sm_90"):
+    A = operand(M, K, DT[dtype], ta, batch)
+    B = operand(K, N, DT[dtype], tb, batch)
+    C = torch.empty(*(([batch] if batch else []) + [M, N]), device="cuda", dtype=DT[dtype])
+    inputs = [A, B] + [e for _, e in extra]
+    body = {"backend": "cuda", "arch": arch, "template": "gemm",
+            "inputs": [meta("A", A), meta("B", B)] + [meta(n, e) for n, e in extra],
+            "output": meta("C", C), "epilogue": list(ops)}
+    if params: body["params"] = params
+    k = Kernel(url, body, workdir)
+    names = {"A": A, "B": B, "C": C}
+    names.update({n: e for n, e in extra})
+    k(names)
+    torch.cuda.synchronize()
+    ref = epilogue_ref(A.double() @ B.double(), ops, inputs)
+    rtol, atol = TOL[dtype]
+    atol *= math.sqrt(K)
+    err = (C.double() - ref).abs()
+    ok = bool((err <= atol + rtol * ref.abs()).all())
+    return ok, float(err.max()), k.j
+
+
+def bench(fn, iters=None, budget_ms=300):
+    for _ in range(3): fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(); fn(); end.record(); torch.cuda.synchronize()
+    once = max(start.elapsed_time(end), 1e-3)
+    n = iters or max(5, min(200, int(budget_ms / once)))
+    times = []
+    flush = torch.empty(64 << 20, dtype=torch.int8, device="cuda")
+    for _ in range(n):
+        flush.zero_()  # evict L2 between runs, as Inductor's benchmarker does
+        start.record(); fn(); end.record(); torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[0], times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kforge", required=True)
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    work = tempfile.mkdtemp(prefix="kforge-gpu-")
+    os.makedirs(os.path.join(work, "cache"))
+    proc, url = start_server(args.kforge, os.path.join(work, "cache"))
+    print(f"# device: {torch.cuda.get_device_name()}  torch {torch.__version__}  server {url}", flush=True)
+    passed = failed = 0
+    cases = []
+
+    def report(label, fn):
+        cases.append((label, fn))
+
+    def run_one(label, fn):
+        nonlocal passed, failed
+        t0 = time.time()
+        try:
+            ok, err, j = fn()
+            status = "PASS" if ok else "FAIL"
+            detail = f"max_abs_err={err:.3g} kernel={j['kernel_name']} regs={[r.get('registers') for r in j['compile']['resources']]}"
+        except Exception as e:  # noqa: BLE001 - report and go on
+            ok, status, detail = False, "FAIL", str(e)[:3000]
+        passed += ok
+        failed += not ok
+        print(f"{status} {label:58s} {detail} ({time.time() - t0:.1f}s)", flush=True)
+
+    try:
+        shapes = [(1, 1, 1), (127, 253, 61), (1024, 1024, 1024)] if not args.quick else [(127, 253, 61)]
+        for dtype in ("float16", "bfloat16", "float32"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                for M, N, K in shapes:
+                    lab = f"{dtype} {'NT'[ta]}{'NT'[tb]} {M}x{N}x{K}"
+                    report(lab, lambda: run_case(url, work, dtype, M, N, K, ta, tb))
+        M, N, K = 200, 300, 520
+        ops = [[{"op": "relu"}], [{"op": "gelu"}], [{"op": "gelu", "approximate": "tanh"}], [{"op": "silu"}],
+               [{"op": "sigmoid"}], [{"op": "tanh"}], [{"op": "scale", "value": 0.125}],
+               [{"op": "cast", "dtype": "bfloat16"}]]
+        for dtype in ("float16", "bfloat16"):
+            for op in ops:
+                report(f"{dtype} epilogue {op[0]['op']}{'/tanh' if op[0].get('approximate') == 'tanh' else ''}",
+                       lambda: run_case(url, work, dtype, M, N, K, False, False, op))
+            bias = torch.randn(N, device="cuda", dtype=torch.float32)
+            rowb = torch.randn(M, 1, device="cuda", dtype=DT[dtype])
+            res = torch.randn(M, N, device="cuda", dtype=DT[dtype])
+            report(f"{dtype} epilogue add bias[N]", lambda: run_case(url, work, dtype, M, N, K, False, True,
+                   [{"op": "add", "input": 2}], [("bias", bias)]))
+            report(f"{dtype} epilogue add rows[M,1]", lambda: run_case(url, work, dtype, M, N, K, True, False,
+                   [{"op": "add", "input": 2}], [("rowb", rowb)]))
+            report(f"{dtype} epilogue mul full", lambda: run_case(url, work, dtype, M, N, K, False, False,
+                   [{"op": "mul", "input": 2}], [("res", res)]))
+            report(f"{dtype} chain add+gelu+mul", lambda: run_case(url, work, dtype, M, N, K, True, True,
+                   [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}], [("bias", bias), ("res", res)]))
+            report(f"{dtype} batched 4x 96x80x72", lambda: run_case(url, work, dtype, 96, 80, 72, False, True, batch=4))
+        for params in ({"block_m": 64, "block_n": 64, "block_k": 32, "warps": 4, "stages": 2},
+                       {"block_m": 128, "block_n": 256, "block_k": 64, "warps": 8, "stages": 3},
+                       {"block_m": 64, "block_n": 128, "block_k": 16, "warps": 2, "stages": 1}):
+            report(f"float16 params {params}", lambda: run_case(url, work, "float16", 333, 517, 259, False, False, params=params))
+
+        # The cases compile concurrently (the service runs one nvcc per request thread).
+        with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
+            list(pool.map(lambda c: run_one(*c), cases))
+
+        if args.bench:
+            print("# bench: min/median ms over an L2-flushed loop; TFLOP/s from the median", flush=True)
+            for dtype, (M, N, K) in (("float16", (4096, 4096, 4096)), ("bfloat16", (4096, 4096, 4096)),
+                                     ("float16", (8192, 128, 8192)), ("bfloat16", (8192, 128, 8192))):
+                A = torch.randn(M, K, device="cuda", dtype=DT[dtype])
+                B = torch.randn(K, N, device="cuda", dtype=DT[dtype])
+                C = torch.empty(M, N, device="cuda", dtype=DT[dtype])
+                flops = 2 * M * N * K
+                vmin, vmed = bench(lambda: torch.matmul(A, B, out=C))
+                print(f"cublas   {dtype} {M}x{N}x{K}: min {vmin:.3f} med {vmed:.3f} ms  {flops / vmed / 1e9:.1f} TFLOP/s", flush=True)
+                tmpl = json.load(urllib.request.urlopen(url + "/templates/gemm"))
+                choices = tmpl["backends"]["cuda"]["default_choices"]
+
+                def build(choice):
+                    body = {"backend": "cuda", "arch": "sm_90", "template": "gemm", "params": choice,
+                            "inputs": [meta("A", A), meta("B", B)], "output": meta("C", C)}
+                    try:
+                        return Kernel(url, body, work)
+                    except RuntimeError as e:
+                        return e
+                with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+                    kernels = list(pool.map(build, choices))
+                for choice, k in zip(choices, kernels):
+                    if isinstance(k, Exception):
+                        print(f"kforge   {dtype} {choice}: {str(k)[:200]}", flush=True)
+                        continue
+                    names = {"A": A, "B": B, "C": C}
+                    kmin, kmed = bench(lambda: k(names))
+                    print(f"kforge   {dtype} {M}x{N}x{K} {choice}: min {kmin:.3f} med {kmed:.3f} ms  "
+                          f"{flops / kmed / 1e9:.1f} TFLOP/s  vs_cublas {vmed / kmed:.2f}", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait()
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
