@@ -118,6 +118,26 @@ def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, pa
     return ok, float(err.max()), k.j
 
 
+def run_case_shared_b(url, workdir, dtype):
+    """A [3,40,70] strided view at storage offset 5, B [70,56] shared by every batch.
+
+    torch's data_ptr() already points at the view's first element, so the TensorMeta
+    offset (added by the kernel to the pointer it receives) is 0 here."""
+    store = torch.randn(5 + 3 * 40 * 72, device="cuda").to(DT[dtype])
+    A = store[5:].view(3, 40, 72)[:, :, :70]
+    B = torch.randn(70, 56, device="cuda").to(DT[dtype])
+    C = torch.empty(3, 40, 56, device="cuda", dtype=DT[dtype])
+    body = {"backend": "cuda", "arch": "sm_90", "template": "gemm",
+            "inputs": [meta("A", A), meta("B", B)], "output": meta("C", C)}
+    k = Kernel(url, body, workdir)
+    k({"A": A, "B": B, "C": C})
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double()
+    rtol, atol = TOL[dtype]
+    err = (C.double() - ref).abs()
+    return bool((err <= atol * math.sqrt(70) + rtol * ref.abs()).all()), float(err.max()), k.j
+
+
 def bench(fn, iters=None, budget_ms=300):
     for _ in range(3): fn()
     torch.cuda.synchronize()
@@ -149,8 +169,9 @@ def main():
     passed = failed = 0
     cases = []
 
-    def report(label, fn):
-        cases.append((label, fn))
+    def report(label, fn, **bound):
+        # Cases run later on a thread pool: bind their arguments now, not at call time.
+        cases.append((label, lambda: fn(**bound)))
 
     def run_one(label, fn):
         nonlocal passed, failed
@@ -172,7 +193,7 @@ def main():
                 ta, tb = bool(layout // 2), bool(layout % 2)
                 for M, N, K in shapes:
                     lab = f"{dtype} {'NT'[ta]}{'NT'[tb]} {M}x{N}x{K}"
-                    report(lab, lambda: run_case(url, work, dtype, M, N, K, ta, tb))
+                    report(lab, run_case, url=url, workdir=work, dtype=dtype, M=M, N=N, K=K, ta=ta, tb=tb)
         M, N, K = 200, 300, 520
         ops = [[{"op": "relu"}], [{"op": "gelu"}], [{"op": "gelu", "approximate": "tanh"}], [{"op": "silu"}],
                [{"op": "sigmoid"}], [{"op": "tanh"}], [{"op": "scale", "value": 0.125}],
@@ -180,23 +201,28 @@ def main():
         for dtype in ("float16", "bfloat16"):
             for op in ops:
                 report(f"{dtype} epilogue {op[0]['op']}{'/tanh' if op[0].get('approximate') == 'tanh' else ''}",
-                       lambda: run_case(url, work, dtype, M, N, K, False, False, op))
+                       run_case, url=url, workdir=work, dtype=dtype, M=M, N=N, K=K, ta=False, tb=False, ops=op)
             bias = torch.randn(N, device="cuda", dtype=torch.float32)
             rowb = torch.randn(M, 1, device="cuda", dtype=DT[dtype])
             res = torch.randn(M, N, device="cuda", dtype=DT[dtype])
-            report(f"{dtype} epilogue add bias[N]", lambda: run_case(url, work, dtype, M, N, K, False, True,
-                   [{"op": "add", "input": 2}], [("bias", bias)]))
-            report(f"{dtype} epilogue add rows[M,1]", lambda: run_case(url, work, dtype, M, N, K, True, False,
-                   [{"op": "add", "input": 2}], [("rowb", rowb)]))
-            report(f"{dtype} epilogue mul full", lambda: run_case(url, work, dtype, M, N, K, False, False,
-                   [{"op": "mul", "input": 2}], [("res", res)]))
-            report(f"{dtype} chain add+gelu+mul", lambda: run_case(url, work, dtype, M, N, K, True, True,
-                   [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}], [("bias", bias), ("res", res)]))
-            report(f"{dtype} batched 4x 96x80x72", lambda: run_case(url, work, dtype, 96, 80, 72, False, True, batch=4))
+            common = dict(url=url, workdir=work, dtype=dtype, M=M, N=N, K=K)
+            report(f"{dtype} epilogue add bias[N]", run_case, **common, ta=False, tb=True,
+                   ops=[{"op": "add", "input": 2}], extra=[("bias", bias)])
+            report(f"{dtype} epilogue add rows[M,1]", run_case, **common, ta=True, tb=False,
+                   ops=[{"op": "add", "input": 2}], extra=[("rowb", rowb)])
+            report(f"{dtype} epilogue mul full", run_case, **common, ta=False, tb=False,
+                   ops=[{"op": "mul", "input": 2}], extra=[("res", res)])
+            report(f"{dtype} chain add+gelu+mul", run_case, **common, ta=True, tb=True,
+                   ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}],
+                   extra=[("bias", bias), ("res", res)])
+            report(f"{dtype} batched 4x 96x80x72", run_case, url=url, workdir=work, dtype=dtype, M=96, N=80, K=72,
+                   ta=False, tb=True, batch=4)
+            report(f"{dtype} batched, B shared, A offset 5", run_case_shared_b, url=url, workdir=work, dtype=dtype)
         for params in ({"block_m": 64, "block_n": 64, "block_k": 32, "warps": 4, "stages": 2},
                        {"block_m": 128, "block_n": 256, "block_k": 64, "warps": 8, "stages": 3},
                        {"block_m": 64, "block_n": 128, "block_k": 16, "warps": 2, "stages": 1}):
-            report(f"float16 params {params}", lambda: run_case(url, work, "float16", 333, 517, 259, False, False, params=params))
+            report(f"float16 params {params}", run_case, url=url, workdir=work, dtype="float16", M=333, N=517, K=259,
+                   ta=False, tb=False, params=params)
 
         # The cases compile concurrently (the service runs one nvcc per request thread).
         with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:
