@@ -245,9 +245,9 @@ std::string GemmTemplate::description() const {
 std::vector<ParamSpec> GemmTemplate::params(Backend backend) const {
   switch (backend) {
     case Backend::kCpu:
-      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), 8, "micro-tile rows (register block)"},
-              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 32, "micro-tile columns (register block, a multiple of vec)"},
-              {"vec", "int", ints({4, 8, 16}), 16, "floats per vector register (16: AVX-512, 8: AVX2, 4: SSE)"},
+      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), 4, "micro-tile rows (register block); default by -march: 4 (AVX-512), 6 (AVX2), 4"},
+              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 64, "micro-tile columns (a multiple of vec); default by -march: 64, 16, 8"},
+              {"vec", "int", ints({4, 8, 16}), 16, "floats per vector register: 16 AVX-512, 8 AVX2, 4 SSE; default: the arch's width"},
               {"mc", "int", ints({16, 24, 32, 48, 64, 96, 112, 128, 144, 192, 256}), 96, "rows of A packed per block (L2)"},
               {"kc", "int", ints({64, 128, 192, 256, 384, 512}), 256, "depth of a packed panel (L1)"},
               {"nc", "int", ints({128, 256, 512, 1024, 2048, 4096}), 2048, "columns of B packed per block (L3)"},
@@ -273,7 +273,9 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
     case Backend::kCpu: {
       const int w = cpu_vector_width(req.archs.empty() ? "x86-64" : req.archs[0]);
       for (auto [mr, nr] : std::vector<std::pair<int, int>>{{8, 2 * w}, {6, 2 * w}, {12, 2 * w}, {14, 2 * w}, {4, 4 * w}, {4, 3 * w}}) {
-        for (int kc : {256, 384}) out.push_back({{"mr", mr}, {"nr", nr}, {"vec", w}, {"mc", mr * (96 / mr + (96 % mr ? 1 : 0))}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});
+        const int need = mr * (nr / w) + nr / w + 1;
+        if (need > (w >= 16 ? 32 : 16)) continue;  // more accumulators than registers
+        for (int kc : {256, 384}) out.push_back({{"mr", mr}, {"nr", nr}, {"vec", w}, {"mc", mr == 14 ? 112 : 96}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});
       }
       break;
     }
@@ -301,6 +303,16 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
 }
 
 Result<void> GemmTemplate::check(TemplateRequest& req) const {
+  if (req.backend == Backend::kCpu && req.spec.params.is_object()) {
+    // The register blocking that fits the arch's vector registers, unless asked otherwise.
+    const int w = cpu_vector_width(req.archs.at(0));
+    const json arch_defaults = w >= 16 ? json{{"mr", 4}, {"nr", 64}, {"vec", 16}}
+                               : w == 8 ? json{{"mr", 6}, {"nr", 16}, {"vec", 8}}
+                                        : json{{"mr", 4}, {"nr", 8}, {"vec", 4}};
+    for (auto it = arch_defaults.begin(); it != arch_defaults.end(); ++it) {
+      if (!req.spec.params.contains(it.key())) req.spec.params[it.key()] = it.value();
+    }
+  }
   if (auto r = apply_param_specs(params(req.backend), req.spec.params); !r) return r;
   Problems p;
   check_shapes(req.spec, p);

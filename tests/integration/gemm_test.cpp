@@ -203,7 +203,12 @@ class Gemm : public ::testing::Test {
     const int64_t batch = scalars[3], M = scalars[0], N = scalars[1], K = scalars[2];
     const Tensor& A = ins[0];
     const Tensor& B = ins[1];
-    const Dtype od = out.dtype;
+    // A cast in the epilogue rounds to that dtype: judge at the coarsest dtype involved.
+    Dtype od = out.dtype;
+    for (const auto& op : req.value("epilogue", json::array())) {
+      if (op["op"] == "cast" && op["dtype"] == "bfloat16") od = Dtype::kBFloat16;
+      if (op["op"] == "cast" && op["dtype"] == "float16" && od == Dtype::kFloat32) od = Dtype::kFloat16;
+    }
     const double rtol = od == Dtype::kFloat32 ? 1e-4 : od == Dtype::kFloat16 ? 2e-3 : 1e-2;
     const double atol = (od == Dtype::kFloat32 ? 1e-5 : od == Dtype::kFloat16 ? 1e-3 : 1e-2) * std::sqrt(double(K));
     const int64_t total = batch * M * N;
