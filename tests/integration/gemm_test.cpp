@@ -344,7 +344,12 @@ TEST_F(Gemm, BadTemplateRequestsNameTheFieldAndTheLimit) {
   bad(with(g, "params", {{"mr", 14}, {"mc", 96}}), "/params/mc", "multiple of mr");
   bad(with(g, "params", {{"nr", 24}, {"vec", 16}}), "/params/nr", "multiple of vec");
   bad(with(g, "params", {{"tile", 3}}), "/params/tile", "unknown parameter");
-  bad(with(g, "arch", "x86-64"), "/params/vec", "wider vectors");
+  bad(with(with(g, "arch", "x86-64"), "params", {{"vec", 16}, {"nr", 32}, {"mr", 4}}), "/params/vec", "wider vectors");
+  // Without explicit parameters, the defaults follow the arch and are valid there.
+  json plain = with(g, "arch", "x86-64");
+  plain["backend"] = "cpu";
+  plain["template"] = "gemm";
+  EXPECT_EQ(post_json(*server_, "/render", plain.dump()).status, 200);
   json wrong_k = g;
   wrong_k["inputs"][1] = operand("B", "float32", 9, 8, false);
   bad(wrong_k, "/inputs/1/sizes", "K differs");

@@ -158,7 +158,7 @@ TEST_F(Kernels, CpuKernelCompilesLoadsAndComputes) {
   EXPECT_EQ(r.body["abi"]["symbol"], name);
   EXPECT_EQ(r.body["abi"]["args"].size(), 8u);
   EXPECT_EQ(r.body["abi"]["args"][4]["ctype"], "float");
-  for (const char* phase : {"lookup", "key", "compile", "publish", "total"}) {
+  for (const char* phase : {"validate", "lookup", "render", "compile", "publish", "total"}) {
     EXPECT_TRUE(r.body["phases_ms"].contains(phase)) << phase;
   }
   EXPECT_NE(r.body["wrapper"]["python"].get<std::string>().find(name), std::string::npos);
