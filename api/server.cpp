@@ -88,11 +88,13 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
 }
 
 Server::Server(ServerConfig config, core::Builder& builder, core::DiskStore& store,
-               const core::Toolchains& toolchains)
+               const core::Toolchains& toolchains, core::Bencher& bencher, core::Autotuner& autotuner)
     : config_(std::move(config)),
       builder_(builder),
       store_(store),
       toolchains_(toolchains),
+      bencher_(bencher),
+      autotuner_(autotuner),
       http_(std::make_unique<httplib::Server>()) {
   http_->set_payload_max_length(config_.max_body_bytes);
   http_->set_read_timeout(30);
@@ -166,6 +168,20 @@ void Server::routes() {
           if (!built) return send_error(res, built.error());
           nlohmann::json j = kernel_view(built->manifest);
           j["cache"] = built->cache;
+          if (!kreq->benchmark.is_null()) {
+            const auto t0 = std::chrono::steady_clock::now();
+            const auto opts = core::BenchOptions::from_json(kreq->benchmark);
+            std::optional<nlohmann::json> reference;
+            if (opts.verify && kreq->tmpl && bencher_.available(kreq->backend)) {
+              core::KernelRequest r = *kreq;
+              r.reference = true;
+              r.benchmark = nullptr;
+              if (auto ref = builder_.build(r)) reference = ref->manifest;
+            }
+            j["benchmark"] = bencher_.run(built->manifest, opts, reference);
+            built->phases_ms["benchmark"] =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          }
           j["phases_ms"] = built->phases_ms;
           send_json(res, j);
         });
@@ -222,6 +238,21 @@ void Server::routes() {
     }
     res.set_content(std::move(*data),
                     binary ? "application/octet-stream" : "text/plain; charset=utf-8");
+  });
+
+  route("POST", "/autotune", "/autotune", [this](const httplib::Request& req, httplib::Response& res) {
+    auto body = core::parse_json_body(req.body, config_.max_json_depth);
+    if (!body) return send_error(res, body.error());
+    if (!body->is_object()) return send_problem(res, problem_json(400, "the request body must be a JSON object", ""));
+    nlohmann::json choices = body->value("choices", nlohmann::json("default"));
+    body->erase("choices");
+    if (!body->contains("template")) return send_problem(res, problem_json(400, "autotuning needs a template request", "/template"));
+    if (body->contains("params")) return send_problem(res, problem_json(400, "give the parameters to try in `choices`, not `params`", "/params"));
+    auto kreq = core::parse_kernel_request(*body, config_.limits);
+    if (!kreq) return send_error(res, kreq.error());
+    auto result = autotuner_.run(*kreq, choices);
+    if (!result) return send_error(res, result.error());
+    send_json(res, *result);
   });
 
   route("POST", "/render", "/render", [this](const httplib::Request& req, httplib::Response& res) {
@@ -282,7 +313,12 @@ void Server::routes() {
 
   route("GET", "/toolchains", "/toolchains",
         [this](const httplib::Request&, httplib::Response& res) {
-          send_json(res, toolchains_.to_json());
+          nlohmann::json j = toolchains_.to_json();
+          for (core::Backend b : core::kAllBackends) {
+            const std::string name(core::backend_name(b));
+            j[name]["device"] = bencher_.devices()[name];
+          }
+          send_json(res, j);
         });
 
   route("GET", "/healthz", "/healthz", [this](const httplib::Request&, httplib::Response& res) {
@@ -298,7 +334,10 @@ void Server::routes() {
       << "# HELP kforge_cache_requests_total Kernel requests by cache outcome.\n"
       << "# TYPE kforge_cache_requests_total counter\n"
       << "kforge_cache_requests_total{outcome=\"hit\"} " << builder_.hits() << "\n"
-      << "kforge_cache_requests_total{outcome=\"miss\"} " << builder_.misses() << "\n";
+      << "kforge_cache_requests_total{outcome=\"miss\"} " << builder_.misses() << "\n"
+      << "# HELP kforge_benchmark_runs_total Runner processes started for benchmarks.\n"
+      << "# TYPE kforge_benchmark_runs_total counter\n"
+      << "kforge_benchmark_runs_total " << bencher_.runs() << "\n";
     res.set_content(m.str(), "text/plain; version=0.0.4");
   });
 

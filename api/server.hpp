@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/autotune.hpp"
+#include "core/bench/bench.hpp"
 #include "core/build.hpp"
 #include "core/request.hpp"
 #include "core/store.hpp"
@@ -38,7 +40,7 @@ nlohmann::json kernel_view(const nlohmann::json& manifest);
 class Server {
  public:
   Server(ServerConfig config, core::Builder& builder, core::DiskStore& store,
-         const core::Toolchains& toolchains);
+         const core::Toolchains& toolchains, core::Bencher& bencher, core::Autotuner& autotuner);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -57,6 +59,8 @@ class Server {
   core::Builder& builder_;
   core::DiskStore& store_;
   const core::Toolchains& toolchains_;
+  core::Bencher& bencher_;
+  core::Autotuner& autotuner_;
   std::unique_ptr<httplib::Server> http_;
   std::vector<std::pair<std::string, std::string>> routes_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

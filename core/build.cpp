@@ -240,6 +240,10 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared, const R
       {"workspace_bytes",
        abi.workspace_bytes ? nlohmann::json(*abi.workspace_bytes) : nlohmann::json(nullptr)},
   };
+  if (req.tmpl) {
+    manifest["template"] = req.tmpl->to_json();
+    manifest["template"]["reference"] = req.reference;
+  }
   if (failed) {
     compile_info["log_text"] = log;
     manifest["compile"] = compile_info;

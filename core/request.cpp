@@ -91,6 +91,44 @@ void parse_epilogue(const nlohmann::json& list, size_t n_inputs, const RequestLi
   }
 }
 
+void parse_benchmark(const nlohmann::json& b, const RequestLimits& limits, Checker& c, KernelRequest& req) {
+  if (b.is_boolean()) {
+    if (b.get<bool>()) req.benchmark = nlohmann::json::object();
+    return;
+  }
+  if (!b.is_object()) return c.add("/benchmark", "must be true or an object {verify, vendor, force, budget_ms, inputs, output, extra_args}");
+  c.unknown_fields(b, "/benchmark", {"verify", "vendor", "force", "budget_ms", "inputs", "output", "extra_args"});
+  for (const char* flag : {"verify", "vendor", "force"}) {
+    if (b.contains(flag) && !b[flag].is_boolean()) c.add(std::string("/benchmark/") + flag, "must be true or false");
+  }
+  if (b.contains("budget_ms") && (!b["budget_ms"].is_number() || b["budget_ms"].get<double>() < 1 || b["budget_ms"].get<double>() > 10000)) {
+    c.add("/benchmark/budget_ms", "a number of milliseconds from 1 to 10000");
+  }
+  if (b.contains("inputs")) {
+    if (!b["inputs"].is_array() || b["inputs"].size() > limits.max_inputs) {
+      c.add("/benchmark/inputs", "a list of at most " + std::to_string(limits.max_inputs) + " tensors");
+    } else {
+      for (size_t i = 0; i < b["inputs"].size(); ++i) {
+        auto t = parse_tensor(b["inputs"][i], "/benchmark/inputs/" + std::to_string(i), true);
+        if (!t) c.errors.insert(c.errors.end(), t.error().fields.begin(), t.error().fields.end());
+      }
+    }
+  }
+  if (b.contains("output")) {
+    auto t = parse_tensor(b["output"], "/benchmark/output", false);
+    if (!t) c.errors.insert(c.errors.end(), t.error().fields.begin(), t.error().fields.end());
+  }
+  if (b.contains("extra_args")) {
+    if (!b["extra_args"].is_array() || b["extra_args"].size() > 64) c.add("/benchmark/extra_args", "a list of at most 64 numbers");
+    else {
+      for (size_t i = 0; i < b["extra_args"].size(); ++i) {
+        if (!b["extra_args"][i].is_number()) c.add("/benchmark/extra_args/" + std::to_string(i), "must be a number");
+      }
+    }
+  }
+  req.benchmark = b;
+}
+
 void parse_template(const nlohmann::json& body, const RequestLimits& limits, Checker& c, KernelRequest& req) {
   TemplateSpec t;
   if (!body["template"].is_string() || body["template"].get<std::string>().empty()) {
@@ -203,12 +241,13 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
   const bool template_mode = body.contains("template");
   if (template_mode) {
     c.unknown_fields(body, "", {"backend", "arch", "template", "params", "inputs", "output",
-                                "input_reorder", "epilogue", "reference", "options"});
+                                "input_reorder", "epilogue", "reference", "options", "benchmark"});
     if (body.contains("source")) c.add("/source", "give either `source` or `template`, not both");
     parse_template(body, limits, c, req);
   } else {
-    c.unknown_fields(body, "", {"backend", "arch", "source", "options"});
+    c.unknown_fields(body, "", {"backend", "arch", "source", "options", "benchmark"});
   }
+  if (body.contains("benchmark")) parse_benchmark(body["benchmark"], limits, c, req);
 
   if (!body.contains("backend")) {
     c.add("/backend", "required: one of cpu, cuda, rocm");

@@ -52,6 +52,7 @@ struct KernelRequest {
   std::string source;                        // source mode: the text with KERNEL_NAME
   std::optional<TemplateSpec> tmpl;          // template mode
   bool reference = false;                    // template mode: the reference rendering
+  nlohmann::json benchmark;                  // null, or the validated "benchmark" object
   CompileOptions options;
 
   // The request in canonical form (resolved archs in place of the asked ones): what the

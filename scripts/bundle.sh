@@ -8,7 +8,7 @@ BUILD=${1:-build}
 OUT=${2:-.bundle}
 rm -rf "$OUT"
 mkdir -p "$OUT/lib" "$OUT/bin"
-cp "$BUILD/service/kforge" "$OUT/bin/kforge.real"
+cp "$BUILD/bin/kforge" "$OUT/bin/kforge.real"
 strip --strip-debug "$OUT/bin/kforge.real"
 ldd "$BUILD/service/kforge" | awk '/=> \// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in

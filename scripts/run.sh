@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
-exec build/service/kforge serve "$@"
+exec build/bin/kforge serve "$@"

@@ -18,6 +18,7 @@
 
 #include "api/server.hpp"
 #include "core/fsutil.hpp"
+#include "core/templates/gemm.hpp"
 
 namespace fs = std::filesystem;
 using namespace kforge;
@@ -40,6 +41,8 @@ e.g. KFORGE_PORT; a flag wins over the environment):
   --negative-ttl S       how long a compile error stays cached, s [600]
   --max-body BYTES       largest request body                 [4194304]
   --max-source BYTES     largest kernel source                [1048576]
+  --runner-dir DIR       where kforge-runner-{cpu,cuda,rocm} are [beside kforge]
+  --bench-timeout S      wall-clock limit per benchmark run, s [120]
 The first line on stdout is `listening on http://HOST:PORT`.
 
 kforge submit FILE --server URL [--out DIR]
@@ -110,7 +113,7 @@ std::string default_cache_dir() {
 int serve(const Args& a) {
   static const std::vector<std::string> kKnown = {
       "host",         "port",     "cache-dir",  "compile-timeout",
-      "negative-ttl", "max-body", "max-source", "help"};
+      "negative-ttl", "max-body", "max-source", "runner-dir", "bench-timeout", "help"};
   for (const auto& [k, v] : a.flags) {
     if (std::find(kKnown.begin(), kKnown.end(), k) == kKnown.end()) {
       std::cerr << "kforge serve: unknown option --" << k << "\n" << kUsage;
@@ -156,7 +159,30 @@ int serve(const Args& a) {
               << "\n";
   }
   core::Builder builder(toolchains, *store, bcfg);
-  api::Server server(cfg, builder, *store, toolchains);
+  const fs::path runner_dir = setting(a, "runner-dir", core::executable_dir().string());
+  // OpenBLAS picks its kernels from CPUID at load time and falls back to SSE3 ("Prescott")
+  // on CPUs it does not recognise (common in VMs); name the family -march resolved to, so
+  // the cpu baseline is OpenBLAS at its best on this host. An explicit setting wins.
+  std::vector<std::string> runner_env;
+  if (const char* ct = std::getenv("OPENBLAS_CORETYPE"); ct && *ct) {
+    runner_env.push_back(std::string("OPENBLAS_CORETYPE=") + ct);
+  } else if (const auto& cpu = toolchains.get(core::Backend::kCpu); cpu.native) {
+    const int width = core::templates::cpu_vector_width(*cpu.native);
+    if (width >= 16) runner_env.push_back("OPENBLAS_CORETYPE=SkylakeX");
+    else if (width == 8) runner_env.push_back("OPENBLAS_CORETYPE=Haswell");
+  }
+  core::Bencher bencher(runner_dir, *store,
+                        std::chrono::seconds(number("bench-timeout", setting(a, "bench-timeout", "120"))),
+                        runner_env);
+  for (core::Backend b : core::kAllBackends) {
+    const auto d = bencher.devices()[std::string(core::backend_name(b))];
+    std::cerr << "kforge: " << core::backend_name(b) << " device: "
+              << (d.value("available", false) ? d.value("name", "?") : "unavailable: " + d.value("reason", ""))
+              << "\n";
+  }
+  core::Autotuner autotuner(builder, bencher, *store, std::max(1u, std::thread::hardware_concurrency()),
+                            [](const std::string& line) { std::cerr << line << "\n"; });
+  api::Server server(cfg, builder, *store, toolchains, bencher, autotuner);
   auto port = server.bind();
   if (!port) {
     std::cerr << "kforge: " << port.error().message << "\n";

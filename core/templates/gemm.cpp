@@ -90,12 +90,11 @@ void check_shapes(const TemplateSpec& s, Problems& p) {
 
 void check_cpu(const TemplateRequest& r, Problems& p) {
   const json& q = r.spec.params;
-  int mr = q["mr"], nr = q["nr"], vec = q["vec"], mc = q["mc"], nc = q["nc"];
+  int mr = q["mr"], nr = q["nr"], vec = q["vec"], mc = q["mc"];
   const int width = cpu_vector_width(r.archs.at(0));
   if (vec > width) p.add("/params/vec", "vec " + std::to_string(vec) + " needs wider vectors than -march=" + r.archs[0] + " has (" + std::to_string(width) + " floats)");
   if (nr % vec != 0) p.add("/params/nr", "nr " + std::to_string(nr) + " must be a multiple of vec " + std::to_string(vec));
   if (mc % mr != 0) p.add("/params/mc", "mc " + std::to_string(mc) + " must be a multiple of mr " + std::to_string(mr));
-  if (nc % nr != 0) p.add("/params/nc", "nc " + std::to_string(nc) + " must be a multiple of nr " + std::to_string(nr));
   const int regs = width >= 16 ? 32 : 16;
   const int need = mr * (nr / std::max(vec, 1)) + nr / std::max(vec, 1) + 1;
   if (need > regs) p.add("/params/mr", "mr x nr/vec accumulators need " + std::to_string(need) + " vector registers; the arch has " + std::to_string(regs));
@@ -245,11 +244,11 @@ std::string GemmTemplate::description() const {
 std::vector<ParamSpec> GemmTemplate::params(Backend backend) const {
   switch (backend) {
     case Backend::kCpu:
-      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), 4, "micro-tile rows (register block); default by -march: 4 (AVX-512), 6 (AVX2), 4"},
-              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 64, "micro-tile columns (a multiple of vec); default by -march: 64, 16, 8"},
+      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), 12, "micro-tile rows (register block); default by -march: 12 (AVX-512), 6 (AVX2), 4"},
+              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 32, "micro-tile columns (a multiple of vec); default by -march: 32, 16, 8"},
               {"vec", "int", ints({4, 8, 16}), 16, "floats per vector register: 16 AVX-512, 8 AVX2, 4 SSE; default: the arch's width"},
               {"mc", "int", ints({16, 24, 32, 48, 64, 96, 112, 128, 144, 192, 256}), 96, "rows of A packed per block (L2)"},
-              {"kc", "int", ints({64, 128, 192, 256, 384, 512}), 256, "depth of a packed panel (L1)"},
+              {"kc", "int", ints({64, 128, 192, 256, 384, 512}), 384, "depth of a packed panel"},
               {"nc", "int", ints({128, 256, 512, 1024, 2048, 4096}), 2048, "columns of B packed per block (L3)"},
               {"threads", "int", ints({0, 1, 2, 4, 8, 16, 32, 64}), 0, "OpenMP threads (0: all cores)"}};
     case Backend::kCuda:
@@ -272,10 +271,14 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
   switch (req.backend) {
     case Backend::kCpu: {
       const int w = cpu_vector_width(req.archs.empty() ? "x86-64" : req.archs[0]);
-      for (auto [mr, nr] : std::vector<std::pair<int, int>>{{8, 2 * w}, {6, 2 * w}, {12, 2 * w}, {14, 2 * w}, {4, 4 * w}, {4, 3 * w}}) {
-        const int need = mr * (nr / w) + nr / w + 1;
+      // (mr, nr in vectors, mc, kc): register blockings that fill the register file, and
+      // cache blockings around the ones measured best on AVX-512 hosts (docs/BENCHMARKS.md).
+      for (auto [mr, nv, mc, kc] : std::vector<std::tuple<int, int, int, int>>{
+               {12, 2, 96, 384}, {12, 2, 96, 512}, {12, 2, 192, 256}, {14, 2, 112, 384}, {14, 2, 112, 512},
+               {6, 4, 96, 384}, {8, 3, 96, 384}, {6, 2, 96, 256}, {4, 3, 96, 256}, {4, 2, 96, 256}}) {
+        const int need = mr * nv + nv + 1;
         if (need > (w >= 16 ? 32 : 16)) continue;  // more accumulators than registers
-        for (int kc : {256, 384}) out.push_back({{"mr", mr}, {"nr", nr}, {"vec", w}, {"mc", mr == 14 ? 112 : 96}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});
+        out.push_back({{"mr", mr}, {"nr", nv * w}, {"vec", w}, {"mc", mc}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});
       }
       break;
     }
@@ -306,7 +309,7 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
   if (req.backend == Backend::kCpu && req.spec.params.is_object()) {
     // The register blocking that fits the arch's vector registers, unless asked otherwise.
     const int w = cpu_vector_width(req.archs.at(0));
-    const json arch_defaults = w >= 16 ? json{{"mr", 4}, {"nr", 64}, {"vec", 16}}
+    const json arch_defaults = w >= 16 ? json{{"mr", 12}, {"nr", 32}, {"vec", 16}}
                                : w == 8 ? json{{"mr", 6}, {"nr", 16}, {"vec", 8}}
                                         : json{{"mr", 4}, {"nr", 8}, {"vec", 4}};
     for (auto it = arch_defaults.begin(); it != arch_defaults.end(); ++it) {

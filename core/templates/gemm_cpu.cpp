@@ -20,12 +20,17 @@ std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, co
   for (const char* k : {"mr", "nr", "vec", "mc", "kc", "nc", "threads"}) s.set(k, q[k].get<int>());
   s.set("A", sig.arg(0)).set("B", sig.arg(1)).set("C", sig.out_arg()).set("EPARGS", ep.args);
   s.set("WS", workspace_bytes);
+  const int vec = q["vec"];
+  s.set("BCAST", vec == 16 ? "_mm512_set1_ps" : vec == 8 ? "_mm256_set1_ps" : "_mm_set1_ps");
   std::ostringstream src;
   src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s) << s.apply(R"(
 constexpr int MR = $mr$, NR = $nr$, VEC = $vec$, MC = $mc$, KC = $kc$, NC = $nc$, THREADS = $threads$;
 constexpr int NV = NR / VEC;
 constexpr bool kSplitK = kK > KC;
 typedef float vf __attribute__((vector_size(VEC * 4)));
+// A broadcast straight from memory (vbroadcastss m32): GCC's generic vector splat goes
+// through a scalar register and costs a uop per row of the micro-tile.
+static inline vf bcast(const float* p) { return (vf)$BCAST$(*p); }
 using TA = $TA$;
 using TC = $TC$;
 )") << ep.function << s.apply(R"(
@@ -72,7 +77,7 @@ static inline void micro_kernel(int64_t kc, const float* __restrict a, const flo
     for (int j = 0; j < NV; ++j) __builtin_memcpy(&bv[j], b + j * VEC, sizeof(vf));
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const vf av = (vf){} + a[i];
+      const vf av = bcast(a + i);
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) acc[i][j] += av * bv[j];
     }
@@ -131,12 +136,13 @@ extern "C" )") << sig.declaration() << s.apply(R"( {
             const int64_t p0 = npanels * js / jsplit, p1 = npanels * (js + 1) / jsplit;
             const int64_t mc = kM - ic < MC ? kM - ic : MC;
             pack_a(Ab, ap, ic, mc, pc, kc);
-            for (int64_t jp = p0; jp < p1; ++jp) {
-              const int64_t n0 = jc + jp * NR;
-              const int64_t cols = nc - jp * NR < NR ? nc - jp * NR : NR;
-              for (int64_t ir = 0; ir < mc; ir += MR) {
+            // The A micro-panel (MR x kc) stays in L1 while this task's B panels stream from L2.
+            for (int64_t ir = 0; ir < mc; ir += MR) {
+              const int64_t rows = mc - ir < MR ? mc - ir : MR;
+              for (int64_t jp = p0; jp < p1; ++jp) {
+                const int64_t n0 = jc + jp * NR;
+                const int64_t cols = nc - jp * NR < NR ? nc - jp * NR : NR;
                 micro_kernel(kc, ap + ir * kc, bp + jp * NR * kc, tile);
-                const int64_t rows = mc - ir < MR ? mc - ir : MR;
                 for (int64_t i = 0; i < rows; ++i) {
                   const int64_t m = ic + ir + i;
                   for (int64_t j = 0; j < cols; ++j) {

@@ -19,9 +19,9 @@ std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem&
   const std::string body = R"(
   double acc = 0.0;
   for (int64_t k = 0; k < kK; ++k) {
-    acc += double(kf_to_float(A[offA + b * sAb + m * sAm + k * sAk])) * double(kf_to_float(B[offB + b * sBb + k * sBk + n * sBn]));
+    acc += double(kf_to_float(pa[offA + b * sAb + m * sAm + k * sAk])) * double(kf_to_float(pb[offB + b * sBb + k * sBk + n * sBn]));
   }
-  kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(float(acc), b, m, n$EPARGS$));
+  kf_store(pc + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(float(acc), b, m, n$EPARGS$));
 )";
   if (req.backend == Backend::kCpu) {
     src << s.apply(R"(}  // namespace
@@ -29,9 +29,10 @@ std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem&
 extern "C" )") << sig.declaration() << s.apply(R"( {
   if (workspace_size) { *workspace_size = 0; return 0; }
   if (M != kM || N != kN || K != kK || batch != kBatch) return 2;
-)") << sig.null_checks("  ") << s.apply(R"(  const $TA$* A = $A$;
-  const $TA$* B = $B$;
-  $TC$* C = $C$;
+)") << sig.null_checks("  ") << s.apply(R"(  const $TA$* pa = $A$;
+  const $TA$* pb = $B$;
+  $TC$* pc = $C$;
+#pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < kBatch; ++b)
     for (int64_t m = 0; m < kM; ++m)
       for (int64_t n = 0; n < kN; ++n) {)" + body + R"(      }
@@ -42,7 +43,7 @@ extern "C" )") << sig.declaration() << s.apply(R"( {
   }
   const bool cuda = req.backend == Backend::kCuda;
   src << s.apply(R"(
-__global__ void gemm_reference(const $TA$* __restrict__ A, const $TA$* __restrict__ B, $TC$* __restrict__ C$EPPARAMS$) {
+__global__ void gemm_reference(const $TA$* __restrict__ pa, const $TA$* __restrict__ pb, $TC$* __restrict__ pc$EPPARAMS$) {
   const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t m = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t b = blockIdx.z;

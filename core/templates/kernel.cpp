@@ -26,7 +26,7 @@ std::string prelude(Backend backend) {
   switch (backend) {
     case Backend::kCpu:
       s << "#include <algorithm>\n#include <cmath>\n#include <cstddef>\n#include <cstdint>\n#include <cstdlib>\n"
-           "#include <cstring>\n#include <omp.h>\n"
+           "#include <cstring>\n#include <immintrin.h>\n#include <omp.h>\n"
            "#define PT_EXPORT __attribute__((visibility(\"default\")))\n"
            "#define KF_HD\n"
            "struct bfloat16 { uint16_t bits; };  // bfloat16 storage\n"

@@ -146,7 +146,7 @@ class Gemm : public ::testing::Test {
     auto r = post_json(*server_, "/kernels", req.dump());
     ASSERT_EQ(r.status, 200) << r.raw.substr(0, 4000);
     const std::string name = r.body["kernel_name"];
-    EXPECT_TRUE(name.starts_with("cpu_gemm_"));
+    EXPECT_TRUE(name.starts_with(req.value("reference", false) ? "cpu_gemm_ref_" : "cpu_gemm_"));
     auto so = get(*server_, r.body["artifact"]["url"]);
     // A fresh file per load: rewriting a mapped .so (same kernel twice) would crash the loader.
     static int loads = 0;
@@ -295,6 +295,14 @@ TEST_F(Gemm, CpuBatchedWithSharedOperandAndOffsets) {
                  {"output", tensor("C", "float16", {4, 20, 30}, {600, 30, 1})},
                  {"epilogue", {{{"op", "relu"}}}}};
   run_cpu(shared);
+}
+
+TEST_F(Gemm, CpuReferenceRenderingComputesTheSame) {
+  json req = gemm("bfloat16", 37, 41, 300, true, false, "float32");
+  req["inputs"].push_back(tensor("bias", "float32", {41}));
+  req["epilogue"] = {{{"op", "add"}, {"input", 2}}, {{"op", "gelu"}}};
+  req["reference"] = true;
+  run_cpu(req);
 }
 
 TEST_F(Gemm, CpuTuningParametersChangeTheKernelNotTheResult) {

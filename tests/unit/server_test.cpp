@@ -15,7 +15,9 @@ TEST(OpenApi, EveryRegisteredRouteIsDocumented) {
   core::DiskStore store(s.path());
   core::Toolchains toolchains({});
   core::Builder builder(toolchains, store, {});
-  Server server({}, builder, store, toolchains);
+  core::Bencher bencher(s.path() / "no-runners", store, std::chrono::seconds(5));
+  core::Autotuner autotuner(builder, bencher, store, 1, [](const std::string&) {});
+  Server server({}, builder, store, toolchains, bencher, autotuner);
   std::ifstream in(KFORGE_OPENAPI_PATH);
   auto spec = nlohmann::json::parse(in);
   ASSERT_FALSE(server.route_table().empty());

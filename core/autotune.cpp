@@ -1,0 +1,217 @@
+#include "core/autotune.hpp"
+
+#include <algorithm>
+#include <future>
+#include <iomanip>
+#include <sstream>
+
+#include "core/fsutil.hpp"
+#include "core/hash.hpp"
+#include "core/templates/template.hpp"
+
+namespace kforge::core {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kMaxChoices = 64;
+
+std::string shape_of(const TemplateSpec& t) {
+  std::ostringstream s;
+  s << t.name << "(";
+  for (size_t i = 0; i < t.inputs.size(); ++i) {
+    s << (i ? ", " : "");
+    for (size_t d = 0; d < t.inputs[i].sizes.size(); ++d) s << (d ? "x" : "") << t.inputs[i].sizes[d];
+    s << " " << dtype_name(t.inputs[i].dtype);
+  }
+  s << ")";
+  return s.str();
+}
+
+}  // namespace
+
+Autotuner::Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, size_t parallel_compiles, Log log)
+    : builder_(builder), bencher_(bencher), store_(store), parallel_(std::max<size_t>(1, parallel_compiles)), log_(std::move(log)) {}
+
+Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in) {
+  if (!base_in.tmpl) return fail_field("/template", "autotuning needs a template request");
+  KernelRequest base = base_in;
+  base.tmpl->params = json::object();
+  auto prepared = builder_.prepare(base);  // validates everything but the parameters
+  if (!prepared) return std::unexpected(prepared.error());
+  const auto* tmpl = templates::Registry::builtin().find(base.tmpl->name);
+
+  json choices = choices_in;
+  if (choices.is_string() && choices == "default") {
+    templates::TemplateRequest treq{base.backend, prepared->archs, *prepared->req.tmpl};
+    choices = json::array();
+    for (auto& c : tmpl->default_choices(treq)) choices.push_back(c);
+  }
+  if (!choices.is_array() || choices.empty()) return fail_field("/choices", "a non-empty list of parameter objects, or \"default\"");
+  if (choices.size() > kMaxChoices) return fail_field("/choices", "at most " + std::to_string(kMaxChoices) + " choices");
+  for (size_t i = 0; i < choices.size(); ++i) {
+    if (!choices[i].is_object()) return fail_field("/choices/" + std::to_string(i), "a choice is an object of parameters");
+  }
+  const BenchOptions opts = BenchOptions::from_json(base.benchmark.is_null() ? json::object() : base.benchmark);
+  const json device = bencher_.devices()[std::string(backend_name(base.backend))];
+
+  // The autotune key: the request without its parameters, the choices, the device.
+  json canon = {{"format", DiskStore::kFormat}, {"kind", "autotune"}, {"identity", prepared->toolchain->identity},
+                {"request", prepared->req.canonical(prepared->archs)}, {"choices", choices}, {"device", device},
+                {"verify", opts.verify}, {"vendor", opts.vendor}};
+  canon["request"]["template"].erase("params");
+  const std::string akey = sha256_hex(canon.dump());
+  const fs::path cached = store_.root() / "v1" / "autotune" / akey.substr(0, 2) / (akey + ".json");
+  if (!opts.force) {
+    if (auto text = read_file(cached)) {
+      json j = json::parse(*text, nullptr, false);
+      if (!j.is_discarded()) {
+        j["cache"] = "hit";
+        return j;
+      }
+    }
+  }
+
+  // Compile every choice, `parallel_` at a time.
+  struct Outcome {
+    json params;
+    std::optional<json> manifest;
+    json error;
+  };
+  std::vector<Outcome> outcomes(choices.size());
+  auto compile_one = [&](size_t i) {
+    KernelRequest r = base;
+    r.tmpl->params = choices[i];
+    r.benchmark = json();
+    outcomes[i].params = choices[i];
+    auto built = builder_.build(r);
+    if (built) {
+      outcomes[i].manifest = built->manifest;
+      outcomes[i].params = built->manifest["template"]["params"];
+    } else {
+      const Error& e = built.error();
+      outcomes[i].error = {{"stage", "compile"}, {"reason", e.message}};
+      if (!e.fields.empty()) outcomes[i].error["field"] = e.fields.front().field, outcomes[i].error["reason"] = e.fields.front().message;
+      if (e.extra.contains("log")) outcomes[i].error["log"] = e.extra["log"];
+    }
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t start = 0; start < choices.size(); start += parallel_) {
+    std::vector<std::future<void>> batch;
+    for (size_t i = start; i < std::min(choices.size(), start + parallel_); ++i) batch.push_back(std::async(std::launch::async, compile_one, i));
+    for (auto& f : batch) f.get();
+  }
+  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::optional<json> reference;
+  json reference_error;
+  if (opts.verify && bencher_.available(base.backend)) {
+    KernelRequest r = base;
+    r.reference = true;
+    r.benchmark = json();
+    auto built = builder_.build(r);
+    if (built) reference = built->manifest;
+    else reference_error = built.error().message;
+  }
+
+  // Benchmark, one at a time; the vendor baseline once; the reference computed once.
+  BenchOptions run_opts = opts;
+  run_opts.reference_outputs = (store_.staging_root() / ("autotune." + unique_suffix() + ".ref")).string();
+  struct RemoveFile {
+    std::string path;
+    ~RemoveFile() {
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  } remove_ref{run_opts.reference_outputs};
+  json vendor;
+  json ranked = json::array();
+  const auto t1 = std::chrono::steady_clock::now();
+  for (auto& o : outcomes) {
+    json entry = {{"params", o.params}};
+    if (!o.manifest) {
+      entry["status"] = "failed";
+      entry["error"] = o.error;
+      ranked.push_back(entry);
+      continue;
+    }
+    entry["key"] = (*o.manifest)["key"];
+    entry["kernel_name"] = (*o.manifest)["kernel_name"];
+    BenchOptions bo = run_opts;
+    bo.vendor = opts.vendor && vendor.is_null();
+    json b = bencher_.run(*o.manifest, bo, reference);
+    if (b.contains("vendor")) vendor = b["vendor"];
+    const std::string st = b.value("status", "failed");
+    entry["benchmark"] = b;
+    if (st == "ok" && b.contains("verify") && b["verify"].contains("passed") && !b["verify"]["passed"].get<bool>()) {
+      entry["status"] = "failed";
+      entry["error"] = {{"stage", "verify"}, {"reason", "the result disagrees with the reference (max abs error " +
+                                                          b["verify"]["max_abs_err"].dump() + ")"}};
+    } else if (st == "ok") {
+      entry["status"] = "ok";
+      entry["median_ms"] = b["median_ms"];
+      entry["min_ms"] = b["min_ms"];
+    } else if (st == "unavailable") {
+      entry["status"] = "compiled";  // built; no device here to time it on
+      entry["error"] = {{"stage", "benchmark"}, {"reason", b.value("reason", "")}};
+    } else {
+      entry["status"] = "failed";
+      entry["error"] = {{"stage", "benchmark"}, {"reason", b.value("reason", "")}};
+    }
+    ranked.push_back(entry);
+  }
+  const double bench_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  std::stable_sort(ranked.begin(), ranked.end(), [](const json& a, const json& b) {
+    auto score = [](const json& e) { return e["status"] == "ok" ? 0 : e["status"] == "compiled" ? 1 : 2; };
+    if (score(a) != score(b)) return score(a) < score(b);
+    return score(a) == 0 && a["median_ms"].get<double>() < b["median_ms"].get<double>();
+  });
+  for (size_t i = 0; i < ranked.size(); ++i) ranked[i]["rank"] = i + 1;
+
+  json out = {{"template", base.tmpl->name}, {"backend", backend_name(base.backend)}, {"archs", prepared->archs},
+              {"device", device}, {"choices", ranked}, {"cache", "miss"}, {"autotune_key", akey},
+              {"compile_seconds", compile_s}, {"benchmark_seconds", bench_s}};
+  if (!ranked.empty() && ranked[0]["status"] == "ok") {
+    out["winner"] = ranked[0];
+  } else {
+    out["winner"] = nullptr;
+    out["winner_reason"] = !bencher_.available(base.backend)
+                               ? "no " + std::string(backend_name(base.backend)) + " device on this host: " + device.value("reason", "")
+                               : "no choice compiled, ran and verified";
+  }
+  if (!vendor.is_null()) {
+    out["vendor"] = vendor;
+    if (out["winner"].is_object() && vendor.contains("median_ms")) {
+      out["vs_vendor"] = vendor["median_ms"].get<double>() / out["winner"]["median_ms"].get<double>();
+    }
+  }
+  if (!reference_error.is_null()) out["reference_error"] = reference_error;
+
+  // Inductor-style log: one line per choice, relative to the best.
+  std::ostringstream log;
+  log << "AUTOTUNE " << shape_of(*prepared->req.tmpl) << " on " << device.value("name", backend_name(base.backend));
+  if (vendor.contains("median_ms")) log << " (" << vendor.value("name", "vendor") << " " << std::fixed << std::setprecision(4) << vendor["median_ms"].get<double>() << " ms)";
+  log_(log.str());
+  const double best = out["winner"].is_object() ? out["winner"]["median_ms"].get<double>() : 0;
+  for (const auto& e : ranked) {
+    std::ostringstream l;
+    l << "  " << e.value("kernel_name", std::string("(not built)")) << " ";
+    if (e["status"] == "ok") {
+      l << std::fixed << std::setprecision(4) << e["median_ms"].get<double>() << " ms " << std::setprecision(1)
+        << 100.0 * best / e["median_ms"].get<double>() << "%";
+    } else {
+      l << e["status"].get<std::string>() << ": " << e["error"].value("reason", "");
+    }
+    l << " " << e["params"].dump();
+    log_(l.str());
+  }
+  if (out["winner"].is_object()) {
+    std::error_code ec;
+    fs::create_directories(cached.parent_path(), ec);
+    (void)write_file_atomic(cached, out.dump(2));
+  }
+  return out;
+}
+
+}  // namespace kforge::core

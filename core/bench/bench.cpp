@@ -1,0 +1,202 @@
+#include "core/bench/bench.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "core/fsutil.hpp"
+#include "core/hash.hpp"
+#include "core/tensor.hpp"
+#include "core/templates/gemm.hpp"
+
+namespace kforge::core {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+size_t index_of(Backend b) { return static_cast<size_t>(b); }
+
+// The gemm's vendor call, from the template spec in the manifest.
+std::optional<json> vendor_request(const json& manifest) {
+  if (!manifest.contains("template") || manifest["template"].value("template", "") != "gemm") return std::nullopt;
+  const json& t = manifest["template"];
+  TemplateSpec spec;
+  for (const auto& in : t["inputs"]) spec.inputs.push_back(*parse_tensor(in, "", true));
+  spec.output = *parse_tensor(t["output"], "", true);
+  const auto g = templates::gemm_problem(spec);
+  return json{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"batch", g.batch}, {"dtype", dtype_name(g.ab)},
+              {"out_dtype", dtype_name(g.out)}, {"sAb", g.sAb}, {"sAm", g.sAm}, {"sAk", g.sAk}, {"sBb", g.sBb},
+              {"sBk", g.sBk}, {"sBn", g.sBn}, {"sCb", g.sCb}, {"sCm", g.sCm}, {"sCn", g.sCn}, {"offA", g.offA},
+              {"offB", g.offB}, {"offC", g.offC}, {"a", spec.inputs[0].name}, {"b", spec.inputs[1].name},
+              {"c", spec.output.name}};
+}
+
+// TensorMeta for every tensor argument: the template's own, or the client's (source mode).
+std::optional<json> tensors_for(const json& manifest, const BenchOptions& o, std::string& why) {
+  json out = json::array();
+  if (manifest.contains("template")) {
+    for (const auto& in : manifest["template"]["inputs"]) out.push_back(in);
+    out.push_back(manifest["template"]["output"]);
+    return out;
+  }
+  const json& args = manifest["abi"]["args"];
+  size_t next_in = 0;
+  for (const auto& a : args) {
+    if (a["kind"] != "tensor") continue;
+    json meta;
+    if (a.value("const", false)) {
+      if (!o.inputs.is_array() || next_in >= o.inputs.size()) {
+        why = "benchmark.inputs must describe every input tensor of the signature (" + a["name"].get<std::string>() + " is missing)";
+        return std::nullopt;
+      }
+      meta = o.inputs[next_in++];
+    } else {
+      if (!o.output.is_object()) {
+        why = "benchmark.output must describe the output tensor `" + a["name"].get<std::string>() + "`";
+        return std::nullopt;
+      }
+      meta = o.output;
+    }
+    meta["name"] = a["binds"];  // bound by position, named as the ABI expects
+    out.push_back(meta);
+  }
+  return out;
+}
+
+}  // namespace
+
+fs::path executable_dir() {
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::current_path() : self.parent_path();
+}
+
+BenchOptions BenchOptions::from_json(const json& j) {
+  BenchOptions o;
+  if (!j.is_object()) return o;
+  o.verify = j.value("verify", false);
+  o.vendor = j.value("vendor", false);
+  o.force = j.value("force", false);
+  o.budget_ms = j.value("budget_ms", 100.0);
+  o.inputs = j.value("inputs", json());
+  o.output = j.value("output", json());
+  o.extra_args = j.value("extra_args", json());
+  return o;
+}
+
+Bencher::Bencher(fs::path runner_dir, DiskStore& store, std::chrono::milliseconds timeout,
+                 std::vector<std::string> runner_env, Spawner spawn)
+    : runner_dir_(std::move(runner_dir)),
+      store_(store),
+      timeout_(timeout),
+      runner_env_(std::move(runner_env)),
+      spawn_(std::move(spawn)) {
+  for (Backend b : kAllBackends) {
+    json probe = run_runner(b, {{"mode", "probe"}});
+    if (!probe.contains("available")) {
+      probe = {{"available", false}, {"kind", backend_name(b)}, {"reason", probe.value("reason", "the runner did not answer")}};
+    }
+    devices_[std::string(backend_name(b))] = probe;
+  }
+}
+
+bool Bencher::available(Backend b) const {
+  return devices_[std::string(backend_name(b))].value("available", false);
+}
+
+json Bencher::run_runner(Backend b, const json& request) {
+  const fs::path runner = runner_dir_ / ("kforge-runner-" + std::string(backend_name(b)));
+  if (::access(runner.c_str(), X_OK) != 0) {
+    return {{"status", "unavailable"}, {"reason", "no runner program " + runner.string() + " (not built on this host)"}};
+  }
+  ProcessSpec spec;
+  spec.argv = {runner.string()};
+  spec.cwd = store_.staging_root();
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + store_.staging_root().string(), "LANG=C"};
+  for (const char* pass : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH"}) {
+    if (const char* v = std::getenv(pass)) spec.env.push_back(std::string(pass) + "=" + v);
+  }
+  spec.env.insert(spec.env.end(), runner_env_.begin(), runner_env_.end());
+  spec.stdin_data = request.dump();
+  spec.timeout = request.value("mode", "") == "probe" ? std::chrono::milliseconds(60000) : timeout_;
+  spec.output_cap = 4 << 20;
+  auto r = spawn_(spec);
+  if (!r) return {{"status", "failed"}, {"reason", "cannot start the runner: " + r.error().message}};
+  // The last line is the result; anything before it is the kernel's own printing.
+  std::string out = r->output;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const std::string last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
+  json j = json::parse(last, nullptr, false);
+  if (r->ok() && !j.is_discarded() && j.is_object()) return j;
+  std::string reason = "the runner " + r->describe();
+  if (r->term_signal != 0 || r->timed_out) reason += ": the kernel crashed or hung";
+  else if (!j.is_discarded() && j.is_object() && j.contains("reason")) reason = j["reason"];
+  return {{"status", "failed"}, {"reason", reason}, {"output_tail", out.substr(out.size() > 2000 ? out.size() - 2000 : 0)}};
+}
+
+json Bencher::run(const json& manifest, const BenchOptions& o, const std::optional<json>& reference) {
+  auto backend = parse_backend(manifest.value("backend", ""));
+  if (!backend) return {{"status", "failed"}, {"reason", "manifest without a backend"}};
+  const json& device = devices_[std::string(backend_name(*backend))];
+  if (!device.value("available", false)) {
+    return {{"status", "unavailable"}, {"reason", device.value("reason", "no device for " + std::string(backend_name(*backend)))}};
+  }
+  const std::string digest = sha256_hex(device.dump()).substr(0, 16);
+  const std::string key = manifest.value("key", "");
+  const fs::path stored = store_.entry_dir(key) / "bench" / (digest + ".json");
+  if (!o.force) {
+    if (auto text = read_file(stored)) {
+      json cached = json::parse(*text, nullptr, false);
+      // Reused only when it answers what was asked now.
+      if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!o.vendor || cached.contains("vendor"))) {
+        cached["cached"] = true;
+        return cached;
+      }
+    }
+  }
+  std::string why;
+  auto tensors = tensors_for(manifest, o, why);
+  if (!tensors) return {{"status", "failed"}, {"reason", why}};
+  const fs::path dir = store_.entry_dir(key);
+  json req = {{"mode", "bench"}, {"artifact", (dir / "kernel.so").string()}, {"abi", manifest["abi"]},
+              {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
+  if (o.extra_args.is_array()) {
+    json scalars = json::object();
+    size_t i = 0;
+    for (const auto& a : manifest["abi"]["args"]) {
+      if (a["kind"] == "scalar" && i < o.extra_args.size()) scalars[a["name"].get<std::string>()] = o.extra_args[i++];
+    }
+    req["scalars"] = scalars;
+  }
+  if (o.verify && reference) {
+    req["reference"] = {{"artifact", (store_.entry_dir(reference->value("key", "")) / "kernel.so").string()},
+                        {"abi", (*reference)["abi"]}};
+    if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
+  }
+  if (o.vendor) {
+    if (auto v = vendor_request(manifest)) req["vendor"] = *v;
+  }
+  json result;
+  {
+    std::lock_guard<std::mutex> lock(device_locks_[index_of(*backend)]);
+    runs_++;
+    result = run_runner(*backend, req);
+  }
+  result["device_digest"] = digest;
+  if (o.verify && !reference) {
+    result["verify"] = {{"status", "unavailable"}, {"reason", "no reference rendering for a source-mode kernel"}};
+  }
+  if (o.vendor && !req.contains("vendor") && result.value("status", "") == "ok") {
+    result["vendor"] = {{"status", "unavailable"}, {"reason", "a vendor baseline exists for the gemm template only"}};
+  }
+  if (result.value("status", "") == "ok") {
+    std::error_code ec;
+    fs::create_directories(stored.parent_path(), ec);
+    (void)write_file_atomic(stored, result.dump(2));
+  }
+  result["cached"] = false;
+  return result;
+}
+
+}  // namespace kforge::core

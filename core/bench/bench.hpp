@@ -1,0 +1,72 @@
+// Benchmarks published kernels on this host's devices (DESIGN §7). Each device kind has a
+// runner program (kforge-runner-<backend>, found in the runner directory); a benchmark
+// starts it as a child with a timeout, hands it the artifact, ABI and tensors as JSON, and
+// reads the result. A kernel that crashes, hangs or returns non-zero gives a failed result
+// with the reason; the service is never at risk. One benchmark runs at a time per device,
+// so timings do not disturb each other. Successful results are stored in the kernel's cache
+// entry under bench/<device-digest>.json and reused unless `force` is asked.
+// Where the host has no device for a backend, the result is {"status": "unavailable"}.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/backend.hpp"
+#include "core/process.hpp"
+#include "core/store.hpp"
+
+namespace kforge::core {
+
+struct BenchOptions {
+  bool verify = false;
+  bool vendor = false;
+  bool force = false;
+  double budget_ms = 100;
+  nlohmann::json inputs;      // source mode: TensorMeta bound to the const tensor args in order
+  nlohmann::json output;      // source mode: TensorMeta bound to the written tensor arg
+  nlohmann::json extra_args;  // source mode: values of the scalar args in order
+  std::string reference_outputs;  // where the runner may save/reuse the reference's outputs
+  static BenchOptions from_json(const nlohmann::json& j);  // j was validated by the request parser
+};
+
+class Bencher {
+ public:
+  // `runner_env`: extra NAME=value entries for every runner (e.g. OPENBLAS_CORETYPE).
+  Bencher(std::filesystem::path runner_dir, DiskStore& store, std::chrono::milliseconds timeout,
+          std::vector<std::string> runner_env = {}, Spawner spawn = run_process);
+
+  // Per backend: the runner's probe ({"available", "name", ...} or the reason it is not).
+  nlohmann::json devices() const { return devices_; }
+  bool available(Backend b) const;
+
+  // Benchmarks the kernel of `manifest`. `reference` (a manifest) enables verification.
+  nlohmann::json run(const nlohmann::json& manifest, const BenchOptions& options,
+                     const std::optional<nlohmann::json>& reference = std::nullopt);
+
+  uint64_t runs() const { return runs_.load(); }
+
+ private:
+  nlohmann::json run_runner(Backend b, const nlohmann::json& request);
+
+  std::filesystem::path runner_dir_;
+  DiskStore& store_;
+  std::chrono::milliseconds timeout_;
+  std::vector<std::string> runner_env_;
+  Spawner spawn_;
+  nlohmann::json devices_ = nlohmann::json::object();
+  std::array<std::mutex, 3> device_locks_;
+  std::atomic<uint64_t> runs_{0};
+};
+
+// The directory of the running executable (where the runner programs are installed).
+std::filesystem::path executable_dir();
+
+}  // namespace kforge::core

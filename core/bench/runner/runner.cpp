@@ -1,0 +1,404 @@
+// The runner protocol (DESIGN §7), shared by every runner program: JSON request on stdin,
+// JSON result on stdout, exit 0 unless the request itself was malformed.
+//
+// request := {"mode": "probe"}
+//          | {"mode": "bench", "artifact": path, "abi": Abi, "tensors": [TensorMeta...],
+//             "scalars": {name: int}?, "reference": {"artifact", "abi"}?, "vendor": VendorGemm?,
+//             "warmup_ms": 25, "budget_ms": 100, "min_iters": 5, "max_iters": 1000, "seed": 0,
+//             "rtol": x, "atol": x}
+// result  := {"status": "ok", "device", "min_ms", "median_ms", "iters", "workspace_bytes",
+//             "verify"?: {"max_abs_err", "max_rel_err", "passed", "rtol", "atol", "checked"},
+//             "vendor"?: {"name", "min_ms", "median_ms"} | {"status": "unavailable", "reason"},
+//             "vs_vendor"?: vendor median / kernel median}
+//          | {"status": "failed", "reason"} | {"status": "unavailable", "reason"}
+// A kernel that crashes or hangs takes the runner with it; the service reports that.
+#include <dlfcn.h>
+#include <ffi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "core/abi.hpp"
+#include "core/bench/runner/device.hpp"
+#include "core/tensor.hpp"
+
+namespace kforge::runner {
+namespace {
+
+using nlohmann::json;
+using core::Dtype;
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---- host-side element conversion --------------------------------------------------------
+float bf16_to_float(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+void store(Dtype d, unsigned char* p, double v) {
+  switch (d) {
+    case Dtype::kFloat32: { float f = float(v); std::memcpy(p, &f, 4); break; }
+    case Dtype::kFloat64: std::memcpy(p, &v, 8); break;
+    case Dtype::kFloat16: { _Float16 h = _Float16(float(v)); std::memcpy(p, &h, 2); break; }
+    case Dtype::kBFloat16: { uint16_t b = float_to_bf16(float(v)); std::memcpy(p, &b, 2); break; }
+    case Dtype::kInt8: { int8_t x = int8_t(std::lround(v * 4)); std::memcpy(p, &x, 1); break; }
+    case Dtype::kUInt8: { uint8_t x = uint8_t(std::lround(std::abs(v) * 4)); std::memcpy(p, &x, 1); break; }
+    case Dtype::kInt32: { int32_t x = int32_t(std::lround(v * 16)); std::memcpy(p, &x, 4); break; }
+    case Dtype::kInt64: { int64_t x = int64_t(std::lround(v * 16)); std::memcpy(p, &x, 8); break; }
+  }
+}
+double load(Dtype d, const unsigned char* p) {
+  switch (d) {
+    case Dtype::kFloat32: { float f; std::memcpy(&f, p, 4); return f; }
+    case Dtype::kFloat64: { double x; std::memcpy(&x, p, 8); return x; }
+    case Dtype::kFloat16: { _Float16 h; std::memcpy(&h, p, 2); return double(float(h)); }
+    case Dtype::kBFloat16: { uint16_t b; std::memcpy(&b, p, 2); return bf16_to_float(b); }
+    case Dtype::kInt8: { int8_t x; std::memcpy(&x, p, 1); return x; }
+    case Dtype::kUInt8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
+    case Dtype::kInt32: { int32_t x; std::memcpy(&x, p, 4); return x; }
+    case Dtype::kInt64: { int64_t x; std::memcpy(&x, p, 8); return double(x); }
+  }
+  return 0;
+}
+
+// ---- one loaded kernel, callable through libffi --------------------------------------------
+ffi_type* ffi_for(const core::AbiArg& a) {
+  if (a.kind != core::ArgKind::kScalar) return &ffi_type_pointer;
+  std::string t = a.ctype;
+  if (t.starts_with("const ")) t = t.substr(6);
+  if (t == "int64_t" || t == "long" || t == "long long" || t == "ptrdiff_t" || t == "index_t") return &ffi_type_sint64;
+  if (t == "uint64_t" || t == "size_t") return &ffi_type_uint64;
+  if (t == "int" || t == "int32_t") return &ffi_type_sint32;
+  if (t == "unsigned" || t == "unsigned int" || t == "uint32_t") return &ffi_type_uint32;
+  if (t == "int16_t") return &ffi_type_sint16;
+  if (t == "uint16_t") return &ffi_type_uint16;
+  if (t == "int8_t") return &ffi_type_sint8;
+  if (t == "uint8_t" || t == "bool") return &ffi_type_uint8;
+  if (t == "float") return &ffi_type_float;
+  if (t == "double") return &ffi_type_double;
+  throw Failure("scalar argument `" + a.name + "` has a type the runner cannot pass: " + a.ctype);
+}
+
+struct Scalar {  // storage for one scalar argument value, of any width
+  union { int64_t i64; uint64_t u64; int32_t i32; uint32_t u32; int16_t i16; uint16_t u16; int8_t i8; uint8_t u8; float f; double d; };
+};
+
+class Kernel {
+ public:
+  Kernel(const std::string& path, const json& abi_json, const json& scalar_values) {
+    auto abi = core::Abi::from_json(abi_json);
+    if (!abi) throw Failure(abi.error().message);
+    abi_ = *abi;
+    // Never unloaded: OpenMP or GPU runtime threads may still run code from it.
+    handle_ = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!handle_) throw Failure(std::string("dlopen: ") + ::dlerror());
+    fn_ = ::dlsym(handle_, abi_.symbol.c_str());
+    if (!fn_) throw Failure("the artifact does not export " + abi_.symbol);
+    for (const auto& a : abi_.args) types_.push_back(ffi_for(a));
+    if (ffi_prep_cif(&cif_, FFI_DEFAULT_ABI, unsigned(types_.size()), &ffi_type_sint32, types_.data()) != FFI_OK) {
+      throw Failure("ffi_prep_cif failed");
+    }
+    scalars_.resize(abi_.args.size());
+    for (size_t i = 0; i < abi_.args.size(); ++i) {
+      const auto& a = abi_.args[i];
+      if (a.kind != core::ArgKind::kScalar) continue;
+      std::optional<double> v;
+      if (a.value) v = double(*a.value);
+      if (scalar_values.contains(a.name)) v = scalar_values[a.name].get<double>();
+      if (!v) throw Failure("no value for scalar argument `" + a.name + "` (give benchmark.scalars)");
+      Scalar& s = scalars_[i];
+      ffi_type* t = types_[i];
+      if (t == &ffi_type_sint64) s.i64 = int64_t(*v);
+      else if (t == &ffi_type_uint64) s.u64 = uint64_t(*v);
+      else if (t == &ffi_type_sint32) s.i32 = int32_t(*v);
+      else if (t == &ffi_type_uint32) s.u32 = uint32_t(*v);
+      else if (t == &ffi_type_sint16) s.i16 = int16_t(*v);
+      else if (t == &ffi_type_uint16) s.u16 = uint16_t(*v);
+      else if (t == &ffi_type_sint8) s.i8 = int8_t(*v);
+      else if (t == &ffi_type_uint8) s.u8 = uint8_t(*v);
+      else if (t == &ffi_type_float) s.f = float(*v);
+      else s.d = *v;
+    }
+  }
+  const core::Abi& abi() const { return abi_; }
+
+  // Calls with the given tensor pointers (by binds name); workspace_size non-null = query.
+  int call(const std::map<std::string, void*>& tensors, size_t* workspace_size, void* workspace, void* stream) {
+    std::vector<void*> ptrs(abi_.args.size());
+    std::vector<void*> values(abi_.args.size());
+    for (size_t i = 0; i < abi_.args.size(); ++i) {
+      const auto& a = abi_.args[i];
+      switch (a.kind) {
+        case core::ArgKind::kTensor: {
+          auto it = tensors.find(a.binds);
+          ptrs[i] = it == tensors.end() ? nullptr : it->second;
+          values[i] = &ptrs[i];
+          break;
+        }
+        case core::ArgKind::kScalar: values[i] = &scalars_[i]; break;
+        case core::ArgKind::kWorkspaceSize: ptrs[i] = workspace_size; values[i] = &ptrs[i]; break;
+        case core::ArgKind::kWorkspace: ptrs[i] = workspace; values[i] = &ptrs[i]; break;
+        case core::ArgKind::kStream: ptrs[i] = stream; values[i] = &ptrs[i]; break;
+      }
+    }
+    ffi_sarg rc = 0;
+    ffi_call(&cif_, FFI_FN(fn_), &rc, values.data());
+    return int(int32_t(rc));
+  }
+
+ private:
+  core::Abi abi_;
+  void* handle_ = nullptr;
+  void* fn_ = nullptr;
+  ffi_cif cif_{};
+  std::vector<ffi_type*> types_;
+  std::vector<Scalar> scalars_;
+};
+
+// ---- tensors ------------------------------------------------------------------------------
+struct Buffer {
+  core::TensorMeta meta;
+  size_t bytes = 0;
+  void* dev = nullptr;
+  std::vector<unsigned char> host;  // the initial contents
+};
+
+size_t storage_bytes(const core::TensorMeta& t) { return size_t(t.storage_elements()) * core::dtype_size(t.dtype); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Inductor's benchmarker: warm up, estimate, size the loop to a budget, flush L2 before
+// each timed run, report min and median. The loop also stops once its wall time (flushes
+// included) passes max_wall_ms, so a microsecond kernel does not spend minutes flushing.
+json time_it(Device& dev, const std::function<void()>& fn, const json& req) {
+  const double warmup_ms = req.value("warmup_ms", 25.0), budget_ms = req.value("budget_ms", 100.0);
+  const int min_iters = req.value("min_iters", 5), max_iters = req.value("max_iters", 1000);
+  double spent = 0;
+  int warm = 0;
+  while (warm < 3 || (spent < warmup_ms && warm < 1000)) {
+    spent += dev.time_ms(fn);
+    ++warm;
+  }
+  const double estimate = std::max(spent / warm, 1e-4);
+  const int iters = std::clamp(int(budget_ms / estimate), min_iters, max_iters);
+  const double max_wall_ms = req.value("max_wall_ms", std::max(2000.0, 10 * budget_ms));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    dev.flush_l2();
+    times.push_back(dev.time_ms(fn));
+    const double wall = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (int(times.size()) >= min_iters && wall > max_wall_ms) break;
+  }
+  dev.sync();
+  return {{"min_ms", *std::min_element(times.begin(), times.end())}, {"median_ms", median(times)}, {"iters", times.size()}};
+}
+
+json bench(Device& dev, const json& req) {
+  Kernel kernel(req.at("artifact").get<std::string>(), req.at("abi"), req.value("scalars", json::object()));
+  std::map<std::string, Buffer> buffers;
+  std::mt19937 rng(req.value("seed", 0u));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (const auto& tj : req.at("tensors")) {
+    auto t = core::parse_tensor(tj, "/tensors", true);
+    if (!t) throw Failure("tensor: " + t.error().message);
+    Buffer b;
+    b.meta = *t;
+    b.bytes = std::max<size_t>(storage_bytes(*t), 1);
+    b.host.resize(b.bytes);
+    const size_t es = core::dtype_size(t->dtype);
+    for (size_t e = 0; e + es <= b.bytes; e += es) store(t->dtype, &b.host[e], normal(rng));
+    b.dev = dev.alloc(b.bytes);
+    dev.upload(b.dev, b.host.data(), b.bytes);
+    buffers.emplace(t->name, std::move(b));
+  }
+  for (const auto* a : kernel.abi().tensors()) {
+    if (!buffers.contains(a->binds)) throw Failure("no tensor named `" + a->binds + "` for argument `" + a->name + "`");
+  }
+  std::map<std::string, void*> ptrs;
+  for (auto& [name, b] : buffers) ptrs[name] = b.dev;
+
+  // The workspace query touches no tensor: pass none.
+  size_t ws = 0;
+  int rc = kernel.call({}, &ws, nullptr, dev.stream());
+  if (rc != 0) return {{"status", "failed"}, {"reason", "the workspace query returned " + std::to_string(rc)}};
+  void* workspace = ws ? dev.alloc(ws) : nullptr;
+
+  rc = kernel.call(ptrs, nullptr, workspace, dev.stream());
+  dev.sync();
+  if (rc != 0) return {{"status", "failed"}, {"reason", "the kernel returned " + std::to_string(rc)}};
+
+  json out = {{"status", "ok"}, {"device", dev.describe()}, {"workspace_bytes", ws}};
+
+  // Outputs: the tensors the kernel writes (non-const pointers).
+  std::vector<std::string> outputs;
+  for (const auto* a : kernel.abi().tensors()) {
+    if (!a->is_const) outputs.push_back(a->binds);
+  }
+  if (req.contains("reference")) {
+    const json& r = req["reference"];
+    Kernel ref(r.at("artifact").get<std::string>(), r.at("abi"), req.value("scalars", json::object()));
+    std::map<std::string, void*> rptrs = ptrs;
+    std::map<std::string, void*> ref_out;
+    for (const auto& o : outputs) {
+      Buffer& b = buffers.at(o);
+      void* copy = dev.alloc(b.bytes);
+      dev.upload(copy, b.host.data(), b.bytes);
+      rptrs[o] = ref_out[o] = copy;
+    }
+    // The reference's outputs for these inputs (same seed, same shapes) may have been saved
+    // by an earlier run of the same autotune: load them instead of recomputing.
+    const std::string saved = r.value("outputs_file", "");
+    size_t total = 0;
+    for (const auto& o : outputs) total += buffers.at(o).bytes;
+    std::vector<unsigned char> blob;
+    if (!saved.empty()) {
+      std::ifstream in(saved, std::ios::binary);
+      blob.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    if (blob.size() == total && total > 0) {
+      size_t at = 0;
+      for (const auto& o : outputs) {
+        dev.upload(ref_out[o], blob.data() + at, buffers.at(o).bytes);
+        at += buffers.at(o).bytes;
+      }
+    } else {
+      size_t rws = 0;
+      if (ref.call({}, &rws, nullptr, dev.stream()) != 0) throw Failure("the reference's workspace query failed");
+      void* rworkspace = rws ? dev.alloc(rws) : nullptr;
+      if (int rr = ref.call(rptrs, nullptr, rworkspace, dev.stream()); rr != 0) throw Failure("the reference returned " + std::to_string(rr));
+      dev.sync();
+      if (!saved.empty()) {
+        blob.resize(total);
+        size_t at = 0;
+        for (const auto& o : outputs) {
+          dev.download(blob.data() + at, ref_out[o], buffers.at(o).bytes);
+          at += buffers.at(o).bytes;
+        }
+        std::ofstream(saved + ".tmp", std::ios::binary).write(reinterpret_cast<const char*>(blob.data()), std::streamsize(blob.size()));
+        std::rename((saved + ".tmp").c_str(), saved.c_str());
+      }
+    }
+    double max_abs = 0, max_rel = 0;
+    int64_t checked = 0, bad = 0;
+    double rtol = req.value("rtol", -1.0), atol = req.value("atol", -1.0);
+    for (const auto& o : outputs) {
+      Buffer& b = buffers.at(o);
+      std::vector<unsigned char> got(b.bytes), want(b.bytes);
+      dev.download(got.data(), b.dev, b.bytes);
+      dev.download(want.data(), ref_out[o], b.bytes);
+      const Dtype d = b.meta.dtype;
+      if (rtol < 0) rtol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 2e-3 : d == Dtype::kBFloat16 ? 1.6e-2 : 1e-6;
+      if (atol < 0) atol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 1e-2 : d == Dtype::kBFloat16 ? 5e-2 : 1e-6;
+      // Walk the tensor's own elements (not the gaps of a strided view).
+      const auto& m = b.meta;
+      std::vector<int64_t> idx(m.rank(), 0);
+      for (int64_t n = 0; n < m.numel(); ++n) {
+        int64_t e = m.offset;
+        for (size_t i = 0; i < m.rank(); ++i) e += idx[i] * m.strides[i];
+        const size_t at = size_t(e) * core::dtype_size(d);
+        const double g = load(d, &got[at]), w = load(d, &want[at]);
+        const double err = std::abs(g - w);
+        max_abs = std::max(max_abs, err);
+        if (std::abs(w) > 1e-6) max_rel = std::max(max_rel, err / std::abs(w));
+        if (!(err <= atol + rtol * std::abs(w))) ++bad;
+        ++checked;
+        for (size_t i = m.rank(); i-- > 0;) {
+          if (++idx[i] < m.sizes[i]) break;
+          idx[i] = 0;
+        }
+      }
+    }
+    out["verify"] = {{"max_abs_err", max_abs}, {"max_rel_err", max_rel}, {"passed", bad == 0}, {"mismatches", bad},
+                     {"checked", checked}, {"rtol", rtol}, {"atol", atol}, {"against", "reference"}};
+  }
+
+  auto timed = time_it(dev, [&] { kernel.call(ptrs, nullptr, workspace, dev.stream()); }, req);
+  out.update(timed);
+
+  if (req.contains("vendor")) {
+    const json& v = req["vendor"];
+    VendorGemm g;
+    g.M = v.at("M"), g.N = v.at("N"), g.K = v.at("K"), g.batch = v.value("batch", 1);
+    g.dtype = *core::parse_dtype(v.at("dtype").get<std::string>());
+    g.out_dtype = *core::parse_dtype(v.value("out_dtype", v.at("dtype").get<std::string>()));
+    for (auto [k, dst] : {std::pair{"sAb", &g.sAb}, {"sAm", &g.sAm}, {"sAk", &g.sAk}, {"sBb", &g.sBb}, {"sBk", &g.sBk},
+                          {"sBn", &g.sBn}, {"sCb", &g.sCb}, {"sCm", &g.sCm}, {"sCn", &g.sCn}}) {
+      *dst = v.at(k).get<int64_t>();
+    }
+    auto at = [&](const char* name, int64_t off) {
+      return static_cast<unsigned char*>(buffers.at(v.at(name).get<std::string>()).dev) +
+             off * int64_t(core::dtype_size(buffers.at(v.at(name).get<std::string>()).meta.dtype));
+    };
+    g.A = at("a", v.value("offA", int64_t{0}));
+    g.B = at("b", v.value("offB", int64_t{0}));
+    g.C = at("c", v.value("offC", int64_t{0}));
+    std::string why;
+    if (auto fn = dev.vendor_gemm(g, why)) {
+      json vt = time_it(dev, *fn, req);
+      vt["name"] = dev.vendor_name();
+      out["vendor"] = vt;
+      out["vs_vendor"] = vt["median_ms"].get<double>() / std::max(out["median_ms"].get<double>(), 1e-9);
+    } else {
+      out["vendor"] = {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}};
+    }
+  }
+  for (auto& [name, b] : buffers) dev.release(b.dev);
+  if (workspace) dev.release(workspace);
+  return out;
+}
+
+}  // namespace
+
+int runner_main() {
+  std::ostringstream ss;
+  ss << std::cin.rdbuf();
+  json req = json::parse(ss.str(), nullptr, false);
+  if (req.is_discarded() || !req.is_object()) {
+    std::cout << json{{"status", "failed"}, {"reason", "the runner's request is not JSON"}}.dump() << std::endl;
+    return 2;
+  }
+  json out;
+  try {
+    Device& dev = device();
+    json d = dev.describe();
+    if (req.value("mode", "bench") == "probe") {
+      out = d;
+    } else if (!d.value("available", false)) {
+      out = {{"status", "unavailable"}, {"reason", d.value("reason", "no device")}};
+    } else {
+      out = bench(dev, req);
+    }
+  } catch (const std::exception& e) {
+    out = {{"status", "failed"}, {"reason", e.what()}};
+  }
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace kforge::runner
+
+int main() { return kforge::runner::runner_main(); }

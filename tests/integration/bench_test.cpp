@@ -1,0 +1,193 @@
+// Benchmarks and autotuning against the real server and the real runner programs.
+#include <gtest/gtest.h>
+
+#include "core/fsutil.hpp"
+#include "integration/server_process.hpp"
+#include "unit/scratch.hpp"
+
+namespace kforge::testing {
+namespace {
+
+using nlohmann::json;
+
+// A source-mode kernel whose body is `body`, taking y[n] and n.
+std::string kernel(const std::string& body) {
+  return R"(#include <cstddef>
+#include <cstdint>
+#define PT_EXPORT __attribute__((visibility("default")))
+extern "C" PT_EXPORT int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* workspace, void* stream) {
+  if (workspace_size) { *workspace_size = 0; return 0; }
+)" + body + "\n}\n";
+}
+
+json source_request(const std::string& body) {
+  return {{"backend", "cpu"},
+          {"source", kernel(body)},
+          {"benchmark",
+           {{"inputs", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {1024}}}}},
+            {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {1024}}}},
+            {"extra_args", {1024}},
+            {"budget_ms", 5}}}};
+}
+
+json gemm_request(int64_t m, int64_t n, int64_t k) {
+  return {{"backend", "cpu"},
+          {"template", "gemm"},
+          {"inputs", {{{"name", "A"}, {"dtype", "float32"}, {"sizes", {m, k}}}, {{"name", "B"}, {"dtype", "float32"}, {"sizes", {k, n}}}}},
+          {"output", {{"name", "C"}, {"dtype", "float32"}, {"sizes", {m, n}}}}};
+}
+
+class Bench : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(scratch_ / "cache", scratch_ / "server.log",
+                                              std::vector<std::string>{"--bench-timeout", "5"});
+  }
+  Scratch scratch_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(Bench, SourceKernelIsTimed) {
+  auto r = post_json(*server_, "/kernels", source_request("for (int64_t i = 0; i < n; ++i) y[i] = 2 * x[i];\n  return 0;").dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& b = r.body["benchmark"];
+  EXPECT_EQ(b["status"], "ok") << b.dump();
+  EXPECT_GT(b["median_ms"].get<double>(), 0.0);
+  EXPECT_LE(b["min_ms"].get<double>(), b["median_ms"].get<double>());
+  EXPECT_GE(b["iters"].get<int>(), 5);
+  EXPECT_TRUE(b["device"]["available"]);
+  EXPECT_TRUE(r.body["phases_ms"].contains("benchmark"));
+}
+
+TEST_F(Bench, CrashingHangingAndFailingKernelsGiveFailedResultsAndTheServiceStaysUp) {
+  struct Case {
+    std::string body;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"if (x) { volatile int* p = nullptr; *p = 1; }\n  return 0;", "signal 11"},
+      {"if (x) { volatile int spin = 1; while (spin) {} }\n  return 0;", "timed out"},
+      {"return -1;", "returned -1"},
+  };
+  for (const auto& c : cases) {
+    auto r = post_json(*server_, "/kernels", source_request(c.body).dump());
+    ASSERT_EQ(r.status, 200) << r.raw;  // the kernel compiled; its benchmark failed
+    const json& b = r.body["benchmark"];
+    EXPECT_EQ(b["status"], "failed") << b.dump();
+    EXPECT_NE(b["reason"].get<std::string>().find(c.says), std::string::npos) << b.dump();
+    EXPECT_EQ(get(*server_, "/healthz").status, 200);
+  }
+  EXPECT_TRUE(server_->alive());
+}
+
+TEST_F(Bench, SourceModeBenchmarkNeedsTensorsAndNamesWhatIsMissing) {
+  json req = source_request("return 0;");
+  req["benchmark"].erase("output");
+  auto r = post_json(*server_, "/kernels", req.dump());
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body["benchmark"]["status"], "failed");
+  EXPECT_NE(r.body["benchmark"]["reason"].get<std::string>().find("benchmark.output"), std::string::npos);
+  json bad = source_request("return 0;");
+  bad["benchmark"]["budget_ms"] = -3;
+  EXPECT_EQ(post_json(*server_, "/kernels", bad.dump()).status, 400);
+}
+
+TEST_F(Bench, TemplateKernelVerifiedAgainstTheReferenceAndTimedAgainstOpenBlas) {
+  json req = gemm_request(256, 192, 320);
+  req["benchmark"] = {{"verify", true}, {"vendor", true}, {"budget_ms", 20}};
+  auto r = post_json(*server_, "/kernels", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& b = r.body["benchmark"];
+  ASSERT_EQ(b["status"], "ok") << b.dump();
+  EXPECT_TRUE(b["verify"]["passed"]) << b.dump();
+  EXPECT_EQ(b["verify"]["checked"], 256 * 192);
+  EXPECT_LT(b["verify"]["max_abs_err"].get<double>(), 1e-3);
+  EXPECT_GT(b["vendor"]["median_ms"].get<double>(), 0.0);
+  EXPECT_NE(b["vendor"]["name"].get<std::string>().find("OpenBLAS"), std::string::npos);
+  EXPECT_GT(b["vs_vendor"].get<double>(), 0.0);
+  EXPECT_EQ(b["workspace_bytes"], r.body["workspace_bytes"]);
+  // The same request on the same device is not benchmarked again...
+  const double runs = metric(*server_, "kforge_benchmark_runs_total");
+  auto again = post_json(*server_, "/kernels", req.dump());
+  EXPECT_TRUE(again.body["benchmark"]["cached"]);
+  EXPECT_EQ(again.body["benchmark"]["median_ms"], b["median_ms"]);
+  EXPECT_EQ(metric(*server_, "kforge_benchmark_runs_total"), runs);
+  // ...unless asked.
+  req["benchmark"]["force"] = true;
+  auto forced = post_json(*server_, "/kernels", req.dump());
+  EXPECT_FALSE(forced.body["benchmark"]["cached"]);
+  EXPECT_EQ(metric(*server_, "kforge_benchmark_runs_total"), runs + 1);
+}
+
+TEST_F(Bench, GpuBenchmarkWithoutADeviceIsUnavailableNotAnError) {
+  auto tc = get(*server_, "/toolchains");
+  for (const char* backend : {"cuda", "rocm"}) {
+    if (!tc.body[backend]["available"] || tc.body[backend]["device"]["available"]) continue;
+    json req = gemm_request(64, 64, 64);
+    req["backend"] = backend;
+    req["arch"] = std::string(backend) == "cuda" ? "sm_90" : "gfx90a";
+    req["benchmark"] = true;
+    auto r = post_json(*server_, "/kernels", req.dump());
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.body["benchmark"]["status"], "unavailable");
+    EXPECT_FALSE(r.body["benchmark"]["reason"].get<std::string>().empty());
+  }
+}
+
+TEST_F(Bench, AutotuneRanksChoicesNamesTheWinnerAndCachesTheAnswer) {
+  json req = gemm_request(128, 96, 200);
+  req["benchmark"] = {{"verify", true}, {"vendor", true}, {"budget_ms", 10}};
+  req["choices"] = {{{"mr", 4}, {"nr", 64}}, {{"mr", 6}, {"nr", 32}}, {{"mr", 14}, {"mc", 96}}, {{"mr", 8}, {"nr", 32}, {"kc", 128}}};
+  auto r = post_json(*server_, "/autotune", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& ch = r.body["choices"];
+  ASSERT_EQ(ch.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(ch[i]["status"], "ok") << ch[i].dump();
+    EXPECT_EQ(ch[i]["rank"], i + 1);
+    EXPECT_TRUE(ch[i]["benchmark"]["verify"]["passed"]);
+  }
+  EXPECT_LE(ch[0]["median_ms"].get<double>(), ch[1]["median_ms"].get<double>());
+  EXPECT_LE(ch[1]["median_ms"].get<double>(), ch[2]["median_ms"].get<double>());
+  // The invalid choice (mc not a multiple of mr) ranks last with its reason.
+  EXPECT_EQ(ch[3]["status"], "failed");
+  EXPECT_NE(ch[3]["error"]["reason"].get<std::string>().find("multiple of mr"), std::string::npos);
+  EXPECT_EQ(r.body["winner"]["key"], ch[0]["key"]);
+  EXPECT_GT(r.body["vs_vendor"].get<double>(), 0.0);
+  EXPECT_EQ(r.body["cache"], "miss");
+  // A repeated autotune answers from the cache, running nothing.
+  const double runs = metric(*server_, "kforge_benchmark_runs_total");
+  const double compiles = metric(*server_, "kforge_compiler_runs_total");
+  auto again = post_json(*server_, "/autotune", req.dump());
+  EXPECT_EQ(again.body["cache"], "hit");
+  EXPECT_EQ(again.body["winner"]["key"], r.body["winner"]["key"]);
+  EXPECT_EQ(metric(*server_, "kforge_benchmark_runs_total"), runs);
+  EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), compiles);
+  // The server log has Inductor-style AUTOTUNE lines, one per choice.
+  auto log = core::read_file(scratch_ / "server.log").value();
+  EXPECT_NE(log.find("AUTOTUNE gemm(128x200 float32, 200x96 float32)"), std::string::npos);
+  EXPECT_NE(log.find(ch[0]["kernel_name"].get<std::string>() + " "), std::string::npos);
+}
+
+TEST_F(Bench, AutotuneDefaultChoicesAndBadInput) {
+  json req = gemm_request(64, 64, 64);
+  req["choices"] = "default";
+  req["benchmark"] = {{"budget_ms", 2}};
+  auto r = post_json(*server_, "/autotune", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  auto tmpl = get(*server_, "/templates/gemm");
+  EXPECT_EQ(r.body["choices"].size(), tmpl.body["backends"]["cpu"]["default_choices"].size());
+  EXPECT_EQ(r.body["winner"]["status"], "ok");
+  json bad = gemm_request(64, 64, 64);
+  bad["choices"] = json::array();
+  EXPECT_EQ(post_json(*server_, "/autotune", bad.dump()).status, 400);
+  bad["choices"] = {7};
+  auto r2 = post_json(*server_, "/autotune", bad.dump());
+  EXPECT_EQ(r2.status, 400);
+  EXPECT_EQ(r2.body["errors"][0]["field"], "/choices/0");
+  json source = source_request("return 0;");
+  EXPECT_EQ(post_json(*server_, "/autotune", source.dump()).status, 400);
+}
+
+}  // namespace
+}  // namespace kforge::testing
