@@ -3,50 +3,32 @@
 namespace kforge::api {
 namespace {
 
-const char* slug(int status) {
-  switch (status) {
-    case 400:
-      return "bad-request";
-    case 401:
-      return "unauthorized";
-    case 403:
-      return "forbidden";
-    case 404:
-      return "not-found";
-    case 405:
-      return "method-not-allowed";
-    case 413:
-      return "payload-too-large";
-    case 422:
-      return "compile-failed";
-    case 503:
-      return "unavailable";
-    default:
-      return status >= 500 ? "internal-error" : "error";
-  }
-}
+struct StatusName {
+  int status;
+  const char* slug;   // the problem type: /problems/<slug>
+  const char* title;  // the reason phrase
+};
 
-const char* title(int status) {
-  switch (status) {
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 413:
-      return "Payload Too Large";
-    case 422:
-      return "Unprocessable Content";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return status >= 500 ? "Internal Server Error" : "Error";
+constexpr StatusName kStatusNames[] = {
+    {400, "bad-request", "Bad Request"},
+    {401, "unauthorized", "Unauthorized"},
+    {403, "forbidden", "Forbidden"},
+    {404, "not-found", "Not Found"},
+    {405, "method-not-allowed", "Method Not Allowed"},
+    {408, "request-timeout", "Request Timeout"},
+    {413, "payload-too-large", "Payload Too Large"},
+    {422, "compile-failed", "Unprocessable Content"},
+    {429, "too-many-requests", "Too Many Requests"},
+    {500, "internal-error", "Internal Server Error"},
+    {503, "unavailable", "Service Unavailable"},
+    {504, "deadline-exceeded", "Gateway Timeout"},
+};
+
+StatusName name_of(int status) {
+  for (const auto& n : kStatusNames) {
+    if (n.status == status) return n;
   }
+  return status >= 500 ? StatusName{status, "internal-error", "Internal Server Error"} : StatusName{status, "error", "Error"};
 }
 
 }  // namespace
@@ -74,8 +56,8 @@ int status_for(core::ErrorKind kind) {
 nlohmann::json problem_json(const core::Error& error) {
   const int status = status_for(error.kind);
   nlohmann::json j = error.extra.is_object() ? error.extra : nlohmann::json::object();
-  j["type"] = std::string("/problems/") + slug(status);
-  j["title"] = title(status);
+  j["type"] = std::string("/problems/") + name_of(status).slug;
+  j["title"] = name_of(status).title;
   j["status"] = status;
   j["detail"] = error.message;
   if (error.kind == core::ErrorKind::kTimeout) j["type"] = "/problems/compile-timeout";
@@ -95,8 +77,8 @@ nlohmann::json problem_json(int status, const std::string& detail, const std::st
   if (!field.empty() || status == 400) e.fields.push_back({field, detail});
   nlohmann::json j = problem_json(e);
   j["status"] = status;  // for statuses without a kind of their own (405, 401, ...)
-  j["title"] = title(status);
-  j["type"] = std::string("/problems/") + slug(status);
+  j["title"] = name_of(status).title;
+  j["type"] = std::string("/problems/") + name_of(status).slug;
   return j;
 }
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -50,5 +51,33 @@ class Device {
 
 // The device of this runner program (defined in device_<kind>.cpp).
 Device& device();
+
+// Device memory released when it goes out of scope (every early return included).
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(Device& dev, size_t bytes) : dev_(&dev), p_(bytes ? dev.alloc(bytes) : nullptr) {}
+  DeviceMemory(DeviceMemory&& o) noexcept : dev_(o.dev_), p_(std::exchange(o.p_, nullptr)) {}
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    if (this != &o) {
+      reset();
+      dev_ = o.dev_;
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { reset(); }
+  void* get() const { return p_; }
+
+ private:
+  void reset() {
+    if (p_) dev_->release(p_);
+    p_ = nullptr;
+  }
+  Device* dev_ = nullptr;
+  void* p_ = nullptr;
+};
 
 }  // namespace kforge::runner

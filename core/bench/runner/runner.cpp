@@ -179,7 +179,7 @@ class Kernel {
 struct Buffer {
   core::TensorMeta meta;
   size_t bytes = 0;
-  void* dev = nullptr;
+  DeviceMemory dev;
   std::vector<unsigned char> host;  // the initial contents
 };
 
@@ -231,23 +231,23 @@ json bench(Device& dev, const json& req) {
     b.host.resize(b.bytes);
     const size_t es = core::dtype_size(t->dtype);
     for (size_t e = 0; e + es <= b.bytes; e += es) store(t->dtype, &b.host[e], normal(rng));
-    b.dev = dev.alloc(b.bytes);
-    dev.upload(b.dev, b.host.data(), b.bytes);
+    b.dev = DeviceMemory(dev, b.bytes);
+    dev.upload(b.dev.get(), b.host.data(), b.bytes);
     buffers.emplace(t->name, std::move(b));
   }
   for (const auto* a : kernel.abi().tensors()) {
     if (!buffers.contains(a->binds)) throw Failure("no tensor named `" + a->binds + "` for argument `" + a->name + "`");
   }
   std::map<std::string, void*> ptrs;
-  for (auto& [name, b] : buffers) ptrs[name] = b.dev;
+  for (auto& [name, b] : buffers) ptrs[name] = b.dev.get();
 
   // The workspace query touches no tensor: pass none.
   size_t ws = 0;
   int rc = kernel.call({}, &ws, nullptr, dev.stream());
   if (rc != 0) return {{"status", "failed"}, {"reason", "the workspace query returned " + std::to_string(rc)}};
-  void* workspace = ws ? dev.alloc(ws) : nullptr;
+  DeviceMemory workspace(dev, ws);
 
-  rc = kernel.call(ptrs, nullptr, workspace, dev.stream());
+  rc = kernel.call(ptrs, nullptr, workspace.get(), dev.stream());
   dev.sync();
   if (rc != 0) return {{"status", "failed"}, {"reason", "the kernel returned " + std::to_string(rc)}};
 
@@ -262,12 +262,14 @@ json bench(Device& dev, const json& req) {
     const json& r = req["reference"];
     Kernel ref(r.at("artifact").get<std::string>(), r.at("abi"), req.value("scalars", json::object()));
     std::map<std::string, void*> rptrs = ptrs;
+    std::map<std::string, DeviceMemory> ref_mem;
     std::map<std::string, void*> ref_out;
     for (const auto& o : outputs) {
       Buffer& b = buffers.at(o);
-      void* copy = dev.alloc(b.bytes);
-      dev.upload(copy, b.host.data(), b.bytes);
-      rptrs[o] = ref_out[o] = copy;
+      DeviceMemory copy(dev, b.bytes);
+      dev.upload(copy.get(), b.host.data(), b.bytes);
+      rptrs[o] = ref_out[o] = copy.get();
+      ref_mem.emplace(o, std::move(copy));
     }
     // The reference's outputs for these inputs (same seed, same shapes) may have been saved
     // by an earlier run of the same autotune: load them instead of recomputing.
@@ -288,8 +290,8 @@ json bench(Device& dev, const json& req) {
     } else {
       size_t rws = 0;
       if (ref.call({}, &rws, nullptr, dev.stream()) != 0) throw Failure("the reference's workspace query failed");
-      void* rworkspace = rws ? dev.alloc(rws) : nullptr;
-      if (int rr = ref.call(rptrs, nullptr, rworkspace, dev.stream()); rr != 0) throw Failure("the reference returned " + std::to_string(rr));
+      DeviceMemory rworkspace(dev, rws);
+      if (int rr = ref.call(rptrs, nullptr, rworkspace.get(), dev.stream()); rr != 0) throw Failure("the reference returned " + std::to_string(rr));
       dev.sync();
       if (!saved.empty()) {
         blob.resize(total);
@@ -308,7 +310,7 @@ json bench(Device& dev, const json& req) {
     for (const auto& o : outputs) {
       Buffer& b = buffers.at(o);
       std::vector<unsigned char> got(b.bytes), want(b.bytes);
-      dev.download(got.data(), b.dev, b.bytes);
+      dev.download(got.data(), b.dev.get(), b.bytes);
       dev.download(want.data(), ref_out[o], b.bytes);
       const Dtype d = b.meta.dtype;
       if (rtol < 0) rtol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 2e-3 : d == Dtype::kBFloat16 ? 1.6e-2 : 1e-6;
@@ -336,7 +338,7 @@ json bench(Device& dev, const json& req) {
                      {"checked", checked}, {"rtol", rtol}, {"atol", atol}, {"against", "reference"}};
   }
 
-  auto timed = time_it(dev, [&] { kernel.call(ptrs, nullptr, workspace, dev.stream()); }, req);
+  auto timed = time_it(dev, [&] { kernel.call(ptrs, nullptr, workspace.get(), dev.stream()); }, req);
   out.update(timed);
 
   if (req.contains("vendor")) {
@@ -350,7 +352,7 @@ json bench(Device& dev, const json& req) {
       *dst = v.at(k).get<int64_t>();
     }
     auto at = [&](const char* name, int64_t off) {
-      return static_cast<unsigned char*>(buffers.at(v.at(name).get<std::string>()).dev) +
+      return static_cast<unsigned char*>(buffers.at(v.at(name).get<std::string>()).dev.get()) +
              off * int64_t(core::dtype_size(buffers.at(v.at(name).get<std::string>()).meta.dtype));
     };
     g.A = at("a", v.value("offA", int64_t{0}));
@@ -366,8 +368,6 @@ json bench(Device& dev, const json& req) {
       out["vendor"] = {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}};
     }
   }
-  for (auto& [name, b] : buffers) dev.release(b.dev);
-  if (workspace) dev.release(workspace);
   return out;
 }
 
