@@ -28,7 +28,8 @@ StatusName name_of(int status) {
   for (const auto& n : kStatusNames) {
     if (n.status == status) return n;
   }
-  return status >= 500 ? StatusName{status, "internal-error", "Internal Server Error"} : StatusName{status, "error", "Error"};
+  return status >= 500 ? StatusName{status, "internal-error", "Internal Server Error"}
+                       : StatusName{status, "error", "Error"};
 }
 
 }  // namespace
@@ -49,6 +50,12 @@ int status_for(core::ErrorKind kind) {
       return 422;  // the source made the compiler run away
     case core::ErrorKind::kInternal:
       return 500;
+    case core::ErrorKind::kOverloaded:
+      return 503;
+    case core::ErrorKind::kUnauthorized:
+      return 401;
+    case core::ErrorKind::kForbidden:
+      return 403;
   }
   return 500;
 }

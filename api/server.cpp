@@ -2,45 +2,37 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
-#include <sstream>
 
-#include "api/problem.hpp"
+#include "api/http_util.hpp"
 #include "core/fsutil.hpp"
-#include "core/hash.hpp"
-#include "core/templates/template.hpp"
 #include "core/wrapper.hpp"
-
-namespace kforge::embedded {
-extern const std::string_view openapi_json;
-}
 
 namespace kforge::api {
 namespace {
 
-constexpr const char* kJson = "application/json";
+thread_local std::chrono::steady_clock::time_point t_request_start;
 
-void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200) {
-  res.status = status;
-  res.set_content(j.dump(2) + "\n", kJson);
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void send_problem(httplib::Response& res, const nlohmann::json& problem) {
-  res.status = problem.value("status", 500);
-  res.set_content(problem.dump(2) + "\n", kProblemType);
-}
-
-void send_error(httplib::Response& res, const core::Error& e) {
-  send_problem(res, problem_json(e));
-}
-
-// Checks the {key} path parameter before it touches the disk.
-bool valid_key(const httplib::Request& req, httplib::Response& res, std::string& key) {
-  key = req.matches[1];
-  if (core::is_hex_key(key)) return true;
-  send_problem(res, problem_json(400, "a kernel key is 64 lowercase hex characters", "/key"));
-  return false;
+// A client's X-Request-Id is kept when it is short and plain; otherwise we make one.
+std::string request_id(const httplib::Request& req) {
+  std::string id = req.get_header_value("X-Request-Id");
+  bool plain = !id.empty() && id.size() <= 64;
+  for (char c : id)
+    plain =
+        plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  return plain ? id : core::unique_suffix();
 }
 
 }  // namespace
@@ -87,18 +79,44 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
   return j;
 }
 
-Server::Server(ServerConfig config, core::Builder& builder, core::DiskStore& store,
-               const core::Toolchains& toolchains, core::Bencher& bencher, core::Autotuner& autotuner)
+Server::Server(ServerConfig config, Services services)
     : config_(std::move(config)),
-      builder_(builder),
-      store_(store),
-      toolchains_(toolchains),
-      bencher_(bencher),
-      autotuner_(autotuner),
-      http_(std::make_unique<httplib::Server>()) {
+      svc_(services),
+      jobs_({config_.compile_jobs, config_.max_queue, config_.job_history},
+            [this](const core::Job& job) {
+              nlohmann::json j = job.to_json(false);
+              log_line({{"event", "job"},
+                        {"job", j["id"]},
+                        {"state", j["state"]},
+                        {"kind", j["kind"]},
+                        {"key", j.value("key", nlohmann::json(nullptr))},
+                        {"cache", j["cache"]},
+                        {"request_id", j.value("request_id", "")},
+                        {"http_status", j["http_status"]}});
+            }),
+      autotuner_(
+          svc_.builder, svc_.bencher, svc_.store,
+          [this](const core::KernelRequest& r) { return build_queued(r, "autotune"); },
+          [this](const std::string& line) {
+            std::lock_guard lock(log_mu_);
+            std::cerr << line << "\n";
+          }) {
+  if (tls()) {
+    http_ = std::make_unique<httplib::SSLServer>(config_.tls_cert.c_str(), config_.tls_key.c_str());
+  } else {
+    http_ = std::make_unique<httplib::Server>();
+  }
+  const size_t threads = config_.http_threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(config_.max_body_bytes);
-  http_->set_read_timeout(30);
-  http_->set_write_timeout(30);
+  http_->set_read_timeout(config_.read_timeout_s);
+  http_->set_write_timeout(config_.write_timeout_s);
+  http_->set_keep_alive_timeout(5);
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    t_request_start = std::chrono::steady_clock::now();
+    res.set_header("X-Request-Id", request_id(req));
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   // Statuses that httplib sets itself (404 for an unknown route, 413, 400 for a malformed
   // request) get a problem body too; bodies our handlers wrote are left alone.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -109,7 +127,7 @@ Server::Server(ServerConfig config, core::Builder& builder, core::DiskStore& sto
     send_problem(res, problem_json(res.status, detail, res.status == 413 ? "/" : ""));
   });
   http_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";
         try {
           std::rethrow_exception(ep);
@@ -117,16 +135,93 @@ Server::Server(ServerConfig config, core::Builder& builder, core::DiskStore& sto
           what = e.what();
         } catch (...) {
         }
-        std::cerr << "kforge: internal error: " << what << "\n";
+        log_line({{"event", "error"}, {"error", "internal error: " + what}});
         send_problem(res, problem_json(500, "internal error: " + what));
       });
-  http_->set_logger([](const httplib::Request& req, const httplib::Response& res) {
-    std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+  // The access log: one JSON line per request. Never the Authorization header.
+  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    const std::string route = route_label(req.method, req.path);
+    metrics_.request(route, req.method, res.status);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                t_request_start)
+                          .count();
+    log_line({{"event", "access"},
+              {"request_id", res.get_header_value("X-Request-Id")},
+              {"method", req.method},
+              {"path", req.path},
+              {"route", route},
+              {"status", res.status},
+              {"ms", std::round(ms * 1000) / 1000},
+              {"bytes", res.body.size()},
+              {"client", req.remote_addr}});
   });
-  routes();
+  kernel_routes();
+  job_routes();
+  status_routes();
 }
 
 Server::~Server() = default;
+
+void Server::route(const char* method, const std::string& api_path, const std::string& pattern,
+                   Role role, Handler handler) {
+  routes_.push_back({method, api_path});
+  std::string re = "^" + std::regex_replace(api_path, std::regex(R"(\{[^}]+\})"), "[^/]+") + "$";
+  route_patterns_.push_back({std::string(method) + " " + api_path, std::regex(re)});
+  Handler guarded = [this, role, h = std::move(handler)](const httplib::Request& req,
+                                                         httplib::Response& res) {
+    if (role != Role::kNone) {
+      if (auto ok = svc_.auth.check(req.get_header_value("Authorization"), role); !ok)
+        return send_error(res, ok.error());
+    }
+    h(req, res);
+  };
+  if (std::string(method) == "POST") {
+    http_->Post(pattern, std::move(guarded));
+  } else {
+    http_->Get(pattern, std::move(guarded));
+  }
+}
+
+std::string Server::route_label(const std::string& method, const std::string& path) const {
+  for (const auto& [label, re] : route_patterns_) {
+    if (label.starts_with(method + " ") && std::regex_match(path, re))
+      return label.substr(method.size() + 1);
+  }
+  return "unmatched";
+}
+
+void Server::log_line(nlohmann::json line) {
+  nlohmann::json out = {{"ts", unix_now()}};
+  out.update(line);
+  const std::string text = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::lock_guard lock(log_mu_);
+  std::cerr << text << "\n";
+}
+
+namespace {
+
+// cpp-httplib listens with a backlog of 5 (compiled into Debian's library), so a burst of
+// connections (a build farm, wrk's 64) overflows the accept queue and clients stall or
+// fail. listen() again on the bound socket raises the backlog to the system's maximum.
+void raise_backlog(int port) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const int fd = std::atoi(e.path().filename().c_str());
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage addr{};
+    socklen_t alen = sizeof addr;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &alen) != 0) continue;
+    const int bound =
+        addr.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port)
+        : addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                                     : -1;
+    if (bound == port) ::listen(fd, SOMAXCONN);
+  }
+}
+
+}  // namespace
 
 core::Result<int> Server::bind() {
   int port = config_.port == 0
@@ -136,6 +231,7 @@ core::Result<int> Server::bind() {
     return core::fail(core::ErrorKind::kInternal,
                       "cannot bind " + config_.host + ":" + std::to_string(config_.port));
   }
+  raise_backlog(port);
   return port;
 }
 
@@ -146,205 +242,43 @@ void Server::stop() {
   http_->stop();
 }
 
-void Server::routes() {
-  auto& h = *http_;
-  // Registers a handler and records its OpenAPI path, so a test can hold the spec to it.
-  auto route = [&](const char* method, std::string api_path, const std::string& pattern,
-                   httplib::Server::Handler handler) {
-    routes_.push_back({method, std::move(api_path)});
-    if (std::string(method) == "POST")
-      h.Post(pattern, std::move(handler));
-    else
-      h.Get(pattern, std::move(handler));
-  };
-
-  route("POST", "/kernels", "/kernels",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          auto body = core::parse_json_body(req.body, config_.max_json_depth);
-          if (!body) return send_error(res, body.error());
-          auto kreq = core::parse_kernel_request(*body, config_.limits);
-          if (!kreq) return send_error(res, kreq.error());
-          auto built = builder_.build(*kreq);
-          if (!built) return send_error(res, built.error());
-          nlohmann::json j = kernel_view(built->manifest);
-          j["cache"] = built->cache;
-          if (!kreq->benchmark.is_null()) {
-            const auto t0 = std::chrono::steady_clock::now();
-            const auto opts = core::BenchOptions::from_json(kreq->benchmark);
-            std::optional<nlohmann::json> reference;
-            if (opts.verify && kreq->tmpl && bencher_.available(kreq->backend)) {
-              core::KernelRequest r = *kreq;
-              r.reference = true;
-              r.benchmark = nullptr;
-              if (auto ref = builder_.build(r)) reference = ref->manifest;
-            }
-            j["benchmark"] = bencher_.run(built->manifest, opts, reference);
-            built->phases_ms["benchmark"] =
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-          }
-          j["phases_ms"] = built->phases_ms;
-          send_json(res, j);
-        });
-
-  route("GET", "/kernels/{key}", R"(/kernels/([^/]+))",
-        [this](const httplib::Request& req, httplib::Response& res) {
-          std::string key;
-          if (!valid_key(req, res, key)) return;
-          auto m = store_.lookup(key);
-          if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
-          send_json(res, kernel_view(*m));
-        });
-
-  for (const char* sub : {"artifact", "object", "source", "log"}) {
-    routes_.push_back({"GET", std::string("/kernels/{key}/") + sub});
+nlohmann::json Server::cache_stats() {
+  std::lock_guard lock(cache_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (cache_stats_.is_null() || now - cache_stats_at_ > std::chrono::seconds(5)) {
+    cache_stats_ = svc_.store.stats().to_json();
+    cache_stats_at_ = now;
   }
-  h.Get(R"(/kernels/([^/]+)/(artifact|object|source|log))", [this](const httplib::Request& req,
-                                                                   httplib::Response& res) {
-    std::string key;
-    if (!valid_key(req, res, key)) return;
-    const std::string what = req.matches[2];
-    auto m = store_.lookup(key);
-    if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
-    std::string file = what == "artifact" ? "kernel.so"
-                       : what == "object" ? "kernel.o"
-                       : what == "log"    ? "compile.log"
-                                          : m->value("source_file", "");
-    if (!(*m)["files"].contains(file)) {
-      return send_problem(
-          res,
-          problem_json(404, "kernel " + key + " has no " + what +
-                                (what == "object" ? " (it was not built with options.aot)" : "")));
-    }
-    const std::string sha = (*m)["files"][file]["sha256"];
-    const std::string etag = "\"" + sha + "\"";
-    res.set_header("ETag", etag);
-    if (req.get_header_value("If-None-Match") == etag) {
-      res.status = 304;
-      return;
-    }
-    auto data = core::read_file(store_.entry_dir(key) / file);
-    // Checked again as it is served: bytes flipped since the lookup are never sent.
-    if (!data || core::sha256_hex(*data) != sha) {
-      store_.remove_entry(key);
-      return send_problem(
-          res, problem_json(404, "kernel " + key +
-                                     " was corrupt on disk and has been removed; submit it again"));
-    }
-    bool binary = what == "artifact" || what == "object";
-    if (binary) {
-      res.set_header("Content-Disposition", "attachment; filename=\"" +
-                                                m->value("kernel_name", key) +
-                                                (what == "artifact" ? ".so\"" : ".o\""));
-    }
-    res.set_content(std::move(*data),
-                    binary ? "application/octet-stream" : "text/plain; charset=utf-8");
-  });
+  return cache_stats_;
+}
 
-  route("POST", "/autotune", "/autotune", [this](const httplib::Request& req, httplib::Response& res) {
-    auto body = core::parse_json_body(req.body, config_.max_json_depth);
-    if (!body) return send_error(res, body.error());
-    if (!body->is_object()) return send_problem(res, problem_json(400, "the request body must be a JSON object", ""));
-    nlohmann::json choices = body->value("choices", nlohmann::json("default"));
-    body->erase("choices");
-    if (!body->contains("template")) return send_problem(res, problem_json(400, "autotuning needs a template request", "/template"));
-    if (body->contains("params")) return send_problem(res, problem_json(400, "give the parameters to try in `choices`, not `params`", "/params"));
-    auto kreq = core::parse_kernel_request(*body, config_.limits);
-    if (!kreq) return send_error(res, kreq.error());
-    auto result = autotuner_.run(*kreq, choices);
-    if (!result) return send_error(res, result.error());
-    send_json(res, *result);
-  });
+void Server::maintain_cache() {
+  if (config_.cache_max_bytes == 0) return;
+  std::lock_guard lock(cache_mu_);
+  auto st = svc_.store.stats();
+  if (st.bytes <= config_.cache_max_bytes) return;
+  // Down to 90% of the bound, so that the next few builds do not each trigger a scan.
+  auto r = svc_.store.evict(config_.cache_max_bytes / 10 * 9);
+  metrics_.evicted(r.evicted, r.freed_bytes);
+  cache_stats_ = nullptr;
+  log_line({{"event", "evict"},
+            {"evicted", r.evicted},
+            {"freed_bytes", r.freed_bytes},
+            {"kept_pinned", r.kept_pinned},
+            {"bytes_after", r.bytes_after},
+            {"max_bytes", config_.cache_max_bytes}});
+}
 
-  route("POST", "/render", "/render", [this](const httplib::Request& req, httplib::Response& res) {
-    auto body = core::parse_json_body(req.body, config_.max_json_depth);
-    if (!body) return send_error(res, body.error());
-    auto kreq = core::parse_kernel_request(*body, config_.limits);
-    if (!kreq) return send_error(res, kreq.error());
-    auto prepared = builder_.prepare(*kreq);
-    if (!prepared) return send_error(res, prepared.error());
-    auto kernel = builder_.render(*prepared);
-    if (!kernel) return send_error(res, kernel.error());
-    nlohmann::json argv = nlohmann::json::array();
-    for (const auto& step : kernel->steps) argv.push_back(step.argv);
-    nlohmann::json j = {{"key", kernel->key},
-                        {"request_key", prepared->request_key},
-                        {"kernel_name", kernel->abi.symbol},
-                        {"backend", core::backend_name(kreq->backend)},
-                        {"archs", prepared->archs},
-                        {"source", core::substitute_kernel_name(kernel->source, kernel->abi.symbol)},
-                        {"abi", kernel->abi.to_json()},
-                        {"workspace_bytes", kernel->abi.workspace_bytes ? nlohmann::json(*kernel->abi.workspace_bytes) : nlohmann::json(nullptr)},
-                        {"wrapper", {{"python", core::python_wrapper(kernel->abi, kreq->backend)},
-                                     {"cpp", core::cpp_wrapper(kernel->abi, kreq->backend)}}},
-                        {"compile", {{"argv", argv}}}};
-    if (prepared->req.tmpl) j["template"] = prepared->req.tmpl->to_json();
-    send_json(res, j);
-  });
-
-  auto describe = [this](const core::templates::Template& t) {
-    nlohmann::json backends = nlohmann::json::object();
-    for (core::Backend b : core::kAllBackends) {
-      nlohmann::json d = t.describe(b);
-      const auto& tc = toolchains_.get(b);
-      core::templates::TemplateRequest probe{b, tc.native ? std::vector<std::string>{*tc.native} : std::vector<std::string>{}, {}};
-      d["default_choices"] = t.default_choices(probe);
-      d["default_choices_for_arch"] = tc.native ? nlohmann::json(*tc.native) : nlohmann::json(nullptr);
-      backends[std::string(core::backend_name(b))] = d;
-    }
-    return nlohmann::json{{"name", t.name()}, {"description", t.description()}, {"backends", backends}};
-  };
-  route("GET", "/templates", "/templates", [describe](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& t : core::templates::Registry::builtin().all()) list.push_back(describe(*t));
-    send_json(res, {{"templates", list}});
-  });
-  route("GET", "/templates/{name}", R"(/templates/([^/]+))", [describe](const httplib::Request& req, httplib::Response& res) {
-    const std::string name = req.matches[1];
-    const auto* t = core::templates::Registry::builtin().find(name);
-    if (!t) return send_problem(res, problem_json(404, "no template named `" + name + "`", "/name"));
-    send_json(res, describe(*t));
-  });
-
-  // Whatever else hangs under /kernels/ is a malformed key (or a traversal attempt).
-  h.Get(R"(/kernels/(.*))", [](const httplib::Request& req, httplib::Response& res) {
-    std::string key;
-    if (valid_key(req, res, key)) send_problem(res, problem_json(404, "no route for " + req.path));
-  });
-
-  route("GET", "/toolchains", "/toolchains",
-        [this](const httplib::Request&, httplib::Response& res) {
-          nlohmann::json j = toolchains_.to_json();
-          for (core::Backend b : core::kAllBackends) {
-            const std::string name(core::backend_name(b));
-            j[name]["device"] = bencher_.devices()[name];
-          }
-          send_json(res, j);
-        });
-
-  route("GET", "/healthz", "/healthz", [this](const httplib::Request&, httplib::Response& res) {
-    double up = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    send_json(res, {{"status", "ok"}, {"version", KFORGE_VERSION}, {"uptime_s", up}});
-  });
-
-  route("GET", "/metrics", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    std::ostringstream m;
-    m << "# HELP kforge_compiler_runs_total Compiler processes started.\n"
-      << "# TYPE kforge_compiler_runs_total counter\n"
-      << "kforge_compiler_runs_total " << builder_.compiler_runs() << "\n"
-      << "# HELP kforge_cache_requests_total Kernel requests by cache outcome.\n"
-      << "# TYPE kforge_cache_requests_total counter\n"
-      << "kforge_cache_requests_total{outcome=\"hit\"} " << builder_.hits() << "\n"
-      << "kforge_cache_requests_total{outcome=\"miss\"} " << builder_.misses() << "\n"
-      << "# HELP kforge_benchmark_runs_total Runner processes started for benchmarks.\n"
-      << "# TYPE kforge_benchmark_runs_total counter\n"
-      << "kforge_benchmark_runs_total " << bencher_.runs() << "\n";
-    res.set_content(m.str(), "text/plain; version=0.0.4");
-  });
-
-  route("GET", "/openapi.json", "/openapi.json",
-        [](const httplib::Request&, httplib::Response& res) {
-          res.set_content(std::string(embedded::openapi_json), kJson);
-        });
+nlohmann::json Server::job_info(const char* kind, const core::KernelRequest& req,
+                                const std::string& client, const std::string& request_id) const {
+  return {{"kind", kind},
+          {"template", req.tmpl ? nlohmann::json(req.tmpl->name) : nlohmann::json(nullptr)},
+          {"backend", core::backend_name(req.backend)},
+          {"archs", req.archs},
+          {"client", client},
+          {"request_id", request_id},
+          {"key", nullptr},
+          {"kernel_name", nullptr}};
 }
 
 }  // namespace kforge::api

@@ -1,28 +1,43 @@
 // The HTTP face of kforge on cpp-httplib (DESIGN §2). Routes translate between HTTP and
-// the core: they parse and bound the input, call the Builder or the store, and render
-// results or problem+json errors. No domain logic lives here.
+// the core: they parse and bound the input, check the caller's role, hand builds to the
+// job queue, and render results or problem+json errors. No domain logic lives here.
 // bind() reserves the port (0 picks a free one) before run() serves, so a caller can
 // print the real address first; stop() makes run() return. Safe to stop from any thread.
+//
+// Kernel requests: plan (validate, look up, render: cheap, on the request's thread); a
+// hit answers at once; a miss becomes a job on the bounded queue, single-flight on the
+// kernel key, and the request waits for it up to `wait_ms` (or not at all with `Prefer:
+// respond-async`), after which it answers 202 with `Location: /jobs/{id}`.
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
+#include <mutex>
+#include <regex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "api/auth.hpp"
+#include "api/metrics.hpp"
 #include "core/autotune.hpp"
 #include "core/bench/bench.hpp"
 #include "core/build.hpp"
+#include "core/jobs.hpp"
 #include "core/request.hpp"
+#include "core/sandbox.hpp"
 #include "core/store.hpp"
 #include "core/toolchain.hpp"
 
 namespace httplib {
 class Server;
-}
+struct Request;
+struct Response;
+}  // namespace httplib
 
 namespace kforge::api {
 
@@ -32,6 +47,29 @@ struct ServerConfig {
   size_t max_body_bytes = 4 << 20;
   size_t max_json_depth = 32;
   core::RequestLimits limits;
+  size_t max_choices = 64;  // autotune choices per request
+  size_t compile_jobs = std::max(1u, std::thread::hardware_concurrency());
+  size_t max_queue = 64;
+  size_t job_history = 512;
+  // The longest a request waits for its build before it is answered 202 (its own
+  // `wait_ms` may ask for less).
+  std::chrono::milliseconds request_deadline{std::chrono::minutes(10)};
+  int read_timeout_s = 30;        // a client that sends nothing for this long is dropped
+  int write_timeout_s = 30;       // ... or reads nothing
+  size_t http_threads = 64;       // connections served at once (keep-alive holds one each)
+  uint64_t cache_max_bytes = 0;   // 0: unbounded
+  std::string tls_cert, tls_key;  // both set: HTTPS
+  std::filesystem::path web_dir;  // serve the status page from here instead of the binary
+};
+
+// What the server is wired to (built by main).
+struct Services {
+  core::Builder& builder;
+  core::DiskStore& store;
+  const core::Toolchains& toolchains;
+  core::Bencher& bencher;
+  const core::Sandbox& sandbox;
+  const Auth& auth;
 };
 
 // The JSON a client gets for one kernel: the manifest's view plus URLs and wrappers.
@@ -39,8 +77,7 @@ nlohmann::json kernel_view(const nlohmann::json& manifest);
 
 class Server {
  public:
-  Server(ServerConfig config, core::Builder& builder, core::DiskStore& store,
-         const core::Toolchains& toolchains, core::Bencher& bencher, core::Autotuner& autotuner);
+  Server(ServerConfig config, Services services);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -48,22 +85,52 @@ class Server {
   core::Result<int> bind();  // the bound port
   void run();                // blocks until stop()
   void stop();
+  bool tls() const { return !config_.tls_cert.empty(); }
 
   // (method, OpenAPI path) of every registered route.
   const std::vector<std::pair<std::string, std::string>>& route_table() const { return routes_; }
 
+  Metrics& metrics() { return metrics_; }
+
  private:
-  void routes();
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  // Registers a handler behind the role check and records its OpenAPI path.
+  void route(const char* method, const std::string& api_path, const std::string& pattern, Role role,
+             Handler h);
+  void kernel_routes();
+  void job_routes();
+  void status_routes();
+
+  // POST /kernels after parsing: plan, answer a hit, or queue the build and wait.
+  void post_kernel(const httplib::Request& req, httplib::Response& res);
+  void post_autotune(const httplib::Request& req, httplib::Response& res);
+  // The job's work for a planned miss (and for a benchmark).
+  core::JobQueue::Work build_work(core::BuildPlan plan, nlohmann::json benchmark);
+  // A build routed through the queue, blocking (the autotuner's compile).
+  core::Result<core::BuildResult> build_queued(const core::KernelRequest& req,
+                                               const std::string& client);
+  nlohmann::json job_info(const char* kind, const core::KernelRequest& req,
+                          const std::string& client, const std::string& request_id) const;
+  // Keeps the cache under --cache-max-bytes.
+  void maintain_cache();
+  nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache
+  void log_line(nlohmann::json line);
+  std::string route_label(const std::string& method, const std::string& path) const;
 
   ServerConfig config_;
-  core::Builder& builder_;
-  core::DiskStore& store_;
-  const core::Toolchains& toolchains_;
-  core::Bencher& bencher_;
-  core::Autotuner& autotuner_;
+  Services svc_;
+  Metrics metrics_;
+  core::JobQueue jobs_;
+  core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;
   std::vector<std::pair<std::string, std::string>> routes_;
+  std::vector<std::pair<std::string, std::regex>>
+      route_patterns_;  // (method + " " + api path, regex)
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::mutex log_mu_;
+  std::mutex cache_mu_;
+  nlohmann::json cache_stats_;
+  std::chrono::steady_clock::time_point cache_stats_at_{};
 };
 
 }  // namespace kforge::api

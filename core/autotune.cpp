@@ -31,10 +31,12 @@ std::string shape_of(const TemplateSpec& t) {
 
 }  // namespace
 
-Autotuner::Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, size_t parallel_compiles, Log log)
-    : builder_(builder), bencher_(bencher), store_(store), parallel_(std::max<size_t>(1, parallel_compiles)), log_(std::move(log)) {}
+Autotuner::Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, Compile compile, Log log)
+    : builder_(builder), bencher_(bencher), store_(store), compile_(std::move(compile)), log_(std::move(log)) {
+  if (!compile_) compile_ = [this](const KernelRequest& r) { return builder_.build(r); };
+}
 
-Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in) {
+Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in, const Phase& phase) {
   if (!base_in.tmpl) return fail_field("/template", "autotuning needs a template request");
   KernelRequest base = base_in;
   base.tmpl->params = json::object();
@@ -73,7 +75,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     }
   }
 
-  // Compile every choice, `parallel_` at a time.
+  // Compile every choice at once: compile_ bounds how many compilers really run.
   struct Outcome {
     json params;
     std::optional<json> manifest;
@@ -85,7 +87,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     r.tmpl->params = choices[i];
     r.benchmark = json();
     outcomes[i].params = choices[i];
-    auto built = builder_.build(r);
+    auto built = compile_(r);
     if (built) {
       outcomes[i].manifest = built->manifest;
       outcomes[i].params = built->manifest["template"]["params"];
@@ -97,10 +99,10 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     }
   };
   const auto t0 = std::chrono::steady_clock::now();
-  for (size_t start = 0; start < choices.size(); start += parallel_) {
-    std::vector<std::future<void>> batch;
-    for (size_t i = start; i < std::min(choices.size(), start + parallel_); ++i) batch.push_back(std::async(std::launch::async, compile_one, i));
-    for (auto& f : batch) f.get();
+  {
+    std::vector<std::future<void>> all;
+    for (size_t i = 0; i < choices.size(); ++i) all.push_back(std::async(std::launch::async, compile_one, i));
+    for (auto& f : all) f.get();
   }
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -110,23 +112,26 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     KernelRequest r = base;
     r.reference = true;
     r.benchmark = json();
-    auto built = builder_.build(r);
+    auto built = compile_(r);
     if (built) reference = built->manifest;
     else reference_error = built.error().message;
   }
 
   // Benchmark, one at a time; the vendor baseline once; the reference computed once.
   BenchOptions run_opts = opts;
-  run_opts.reference_outputs = (store_.staging_root() / ("autotune." + unique_suffix() + ".ref")).string();
-  struct RemoveFile {
-    std::string path;
-    ~RemoveFile() {
+  auto ref_dir = store_.make_staging();
+  if (!ref_dir) return std::unexpected(ref_dir.error());
+  run_opts.reference_outputs = (*ref_dir / "reference.bin").string();
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
       std::error_code ec;
-      fs::remove(path, ec);
+      fs::remove_all(dir, ec);
     }
-  } remove_ref{run_opts.reference_outputs};
+  } remove_ref{*ref_dir};
   json vendor;
   json ranked = json::array();
+  if (phase) phase("benchmarking");
   const auto t1 = std::chrono::steady_clock::now();
   for (auto& o : outcomes) {
     json entry = {{"params", o.params}};
@@ -210,6 +215,10 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     std::error_code ec;
     fs::create_directories(cached.parent_path(), ec);
     (void)write_file_atomic(cached, out.dump(2));
+    // Each timed choice keeps the ranking it took part in, for its page on the status page.
+    for (const auto& e : ranked) {
+      if (e.contains("key")) (void)write_file_atomic(store_.entry_dir(e["key"]) / "autotune.json", out.dump(2));
+    }
   }
   return out;
 }

@@ -22,17 +22,22 @@ namespace kforge::core {
 class Autotuner {
  public:
   using Log = std::function<void(const std::string&)>;
-  Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, size_t parallel_compiles, Log log);
+  // Builds one choice (blocking); the service routes it through its job queue, so the
+  // compiles are bounded and shared with identical requests. Empty: builder.build().
+  using Compile = std::function<Result<BuildResult>(const KernelRequest&)>;
+  Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, Compile compile, Log log);
 
   // `choices` is "default" or an array of params objects; `body` is the request's JSON
   // (for the error pointers of each choice).
-  Result<nlohmann::json> run(const KernelRequest& base, const nlohmann::json& choices);
+  // `phase` hears "benchmarking" when every choice is compiled.
+  using Phase = std::function<void(const char*)>;
+  Result<nlohmann::json> run(const KernelRequest& base, const nlohmann::json& choices, const Phase& phase = {});
 
  private:
   Builder& builder_;
   Bencher& bencher_;
   DiskStore& store_;
-  size_t parallel_;
+  Compile compile_;
   Log log_;
 };
 

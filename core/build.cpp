@@ -1,11 +1,13 @@
 #include "core/build.hpp"
 
+#include <csignal>
+
 #include <sstream>
 
 #include "core/codeobj.hpp"
-#include "core/templates/template.hpp"
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
+#include "core/templates/template.hpp"
 
 namespace kforge::core {
 namespace fs = std::filesystem;
@@ -83,12 +85,15 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
     const templates::Template* t = templates::Registry::builtin().find(req.tmpl->name);
     if (!t) {
       std::string known;
-      for (const auto& x : templates::Registry::builtin().all()) known += (known.empty() ? "" : ", ") + x->name();
-      return fail_field("/template", "unknown template `" + req.tmpl->name + "` (known: " + known + ")");
+      for (const auto& x : templates::Registry::builtin().all())
+        known += (known.empty() ? "" : ", ") + x->name();
+      return fail_field("/template",
+                        "unknown template `" + req.tmpl->name + "` (known: " + known + ")");
     }
     templates::TemplateRequest treq{req.backend, p.archs, *req.tmpl};
     if (auto r = t->check(treq); !r) return std::unexpected(r.error());
-    p.req.tmpl = std::move(treq.spec);  // parameters now complete: {} and the defaults are one request
+    p.req.tmpl =
+        std::move(treq.spec);  // parameters now complete: {} and the defaults are one request
   }
   nlohmann::json rcanon = {{"format", DiskStore::kFormat},
                            {"identity", tc.identity},
@@ -120,57 +125,94 @@ Result<RenderedKernel> Builder::render(const PreparedRequest& p) const {
   return k;
 }
 
-Result<BuildResult> Builder::build(const KernelRequest& req) {
-  const auto t0 = Clock::now();
-  BuildResult out;
+namespace {
+
+// A cached negative entry answers with the same compile error, without the compiler.
+Error cached_failure(const BuildResult& r) {
+  Error e = Error::make(ErrorKind::kCompileFailed, "compilation failed (cached result)");
+  const auto& m = r.manifest;
+  e.extra = {{"key", m["key"]},
+             {"cache", r.cache},
+             {"argv", m["compile"]["argv"]},
+             {"log", m["compile"].value("log_text", "")},
+             {"expires_at", m["expires_at"]}};
+  return e;
+}
+
+}  // namespace
+
+Result<BuildPlan> Builder::plan(const KernelRequest& req) {
+  BuildPlan plan;
   auto t = Clock::now();
   auto prepared = prepare(req);
   if (!prepared) return std::unexpected(prepared.error());
-  out.phases_ms["validate"] = ms_since(t);
+  plan.prepared = std::move(*prepared);
+  plan.phases_ms["validate"] = ms_since(t);
 
-  // The request key: a repeated request is answered without parsing or rendering.
+  auto answer = [&](nlohmann::json manifest) -> Result<BuildPlan> {
+    BuildResult hit{std::move(manifest), "hit", plan.phases_ms};
+    store_.touch(hit.manifest["key"]);
+    hits_++;
+    if (hit.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(hit));
+    plan.hit = std::move(hit);
+    return std::move(plan);
+  };
+  // The request key: a repeated request is answered without rendering.
   t = Clock::now();
-  if (auto key = store_.lookup_request(prepared->request_key)) {
+  if (auto key = store_.lookup_request(plan.prepared.request_key)) {
     if (auto m = store_.lookup(*key)) {
-      out.manifest = std::move(*m);
-      out.cache = "hit";
+      plan.phases_ms["lookup"] = ms_since(t);
+      return answer(std::move(*m));
     }
   }
-  out.phases_ms["lookup"] = ms_since(t);
-  if (out.cache.empty()) {
-    t = Clock::now();
-    auto kernel = render(*prepared);
-    if (!kernel) return std::unexpected(kernel.error());
-    out.phases_ms["render"] = ms_since(t);
-    if (auto m = store_.lookup(kernel->key)) {
-      out.manifest = std::move(*m);
-      out.cache = "hit";
-    } else {
-      auto m2 = compile(*prepared, *kernel, out.phases_ms);
-      if (!m2) return std::unexpected(m2.error());
-      out.manifest = std::move(*m2);
-      out.cache = "miss";
-    }
-    if (auto r = store_.put_request(prepared->request_key, kernel->key); !r) return std::unexpected(r.error());
+  plan.phases_ms["lookup"] = ms_since(t);
+  t = Clock::now();
+  auto kernel = render(plan.prepared);
+  if (!kernel) return std::unexpected(kernel.error());
+  plan.kernel = std::move(*kernel);
+  plan.phases_ms["render"] = ms_since(t);
+  if (auto m = store_.lookup(plan.kernel->key)) {
+    if (auto r = store_.put_request(plan.prepared.request_key, plan.kernel->key); !r)
+      return std::unexpected(r.error());
+    return answer(std::move(*m));
   }
-  if (out.manifest.value("status", "") == "failed") {
-    // A cached negative entry: the same compile error, without running the compiler.
-    Error e = Error::make(ErrorKind::kCompileFailed, "compilation failed (cached result)");
-    e.extra = {{"key", out.manifest["key"]},
-               {"cache", out.cache},
-               {"argv", out.manifest["compile"]["argv"]},
-               {"log", out.manifest["compile"].value("log_text", "")},
-               {"expires_at", out.manifest["expires_at"]}};
-    (out.cache == "hit" ? hits_ : misses_)++;
-    return std::unexpected(e);
+  return plan;
+}
+
+Result<BuildResult> Builder::build(const BuildPlan& plan) {
+  if (plan.hit) return *plan.hit;
+  const auto t0 = Clock::now();
+  BuildResult out{nullptr, "miss", plan.phases_ms};
+  // Another process sharing the cache may have built it since the plan was made.
+  if (auto m = store_.lookup(plan.kernel->key)) {
+    out.manifest = std::move(*m);
+    out.cache = "hit";
+  } else {
+    auto built = compile(plan.prepared, *plan.kernel, out.phases_ms);
+    if (!built) {
+      misses_++;
+      return std::unexpected(built.error());
+    }
+    out.manifest = std::move(*built);
   }
   (out.cache == "hit" ? hits_ : misses_)++;
-  out.phases_ms["total"] = ms_since(t0);
+  if (auto r = store_.put_request(plan.prepared.request_key, plan.kernel->key); !r)
+    return std::unexpected(r.error());
+  if (out.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(out));
+  double total = ms_since(t0);
+  for (const char* p : {"validate", "lookup", "render"}) total += plan.phases_ms.value(p, 0.0);
+  out.phases_ms["total"] = total;
   return out;
 }
 
-Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared, const RenderedKernel& kernel,
-                                        nlohmann::json& phases) {
+Result<BuildResult> Builder::build(const KernelRequest& req) {
+  auto p = plan(req);
+  if (!p) return std::unexpected(p.error());
+  return build(*p);
+}
+
+Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
+                                        const RenderedKernel& kernel, nlohmann::json& phases) {
   const KernelRequest& req = prepared.req;
   const Toolchain& tc = *prepared.toolchain;
   const auto& archs = prepared.archs;
@@ -188,7 +230,8 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared, const R
 
   const Abi& abi = kernel.abi;
   const std::string src_name = "source." + std::string(source_extension(req.backend));
-  if (auto r = write_file(*staging / src_name, substitute_kernel_name(kernel.source, abi.symbol)); !r) {
+  if (auto r = write_file(*staging / src_name, substitute_kernel_name(kernel.source, abi.symbol));
+      !r) {
     return std::unexpected(r.error());
   }
   fs::path work = *staging / "work";
@@ -250,6 +293,25 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared, const R
     if (failed->timed_out) {
       Error e = Error::make(ErrorKind::kTimeout, "the compiler " + failed->describe());
       e.extra = {{"key", key}, {"argv", steps.front().argv}, {"log", log}};
+      return std::unexpected(e);
+    }
+    if (log.find("No space left on device") != std::string::npos) {
+      // The disk, not the source: not cached (it could not be anyway).
+      Error e = Error::make(
+          ErrorKind::kInternal,
+          "the cache filesystem is full (No space left on device); free space and submit again");
+      e.extra = {{"key", key}, {"cache", "miss"}, {"argv", steps.front().argv}, {"log", log}};
+      return std::unexpected(e);
+    }
+    // Killed from outside (the OOM killer, an operator): not the source's fault, not cached.
+    // g++'s driver reports its compiler proper's death as "Killed signal terminated program".
+    const bool killed =
+        (failed->term_signal == SIGKILL && !failed->timed_out && !failed->output_capped) ||
+        log.find("Killed signal terminated program") != std::string::npos;
+    if (killed) {
+      Error e = Error::make(ErrorKind::kCompileFailed, "the compiler was " + failed->describe() +
+                                                           " (not cached; submit again)");
+      e.extra = {{"key", key}, {"cache", "miss"}, {"argv", steps.front().argv}, {"log", log}};
       return std::unexpected(e);
     }
     manifest["status"] = "failed";

@@ -4,12 +4,13 @@
 // Returns the manifest with how it was served ("hit" or "miss"), or an Error: kBadRequest
 // (bad arch, bad signature), kCompileFailed (with "key", "argv", "log" in extra; the
 // failure is cached as a negative entry for negative_ttl), kTimeout (not cached: it may be
-// load), kInternal. Thread-safe: concurrent identical builds both compile and the first
-// publish wins (single-flight comes with the job queue).
+// load; nor is a compiler killed by SIGKILL), kInternal. Thread-safe: concurrent identical
+// builds both compile and the first publish wins (the job queue makes them single-flight).
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -62,11 +63,26 @@ struct RenderedKernel {
   std::string key;
 };
 
+// What plan() found: a cached answer, or the rendered kernel that build() compiles.
+struct BuildPlan {
+  PreparedRequest prepared;
+  std::optional<RenderedKernel> kernel;  // absent when the request key answered
+  std::optional<BuildResult> hit;
+  nlohmann::json phases_ms = nlohmann::json::object();
+  const std::string& key() const {
+    return hit ? hit->manifest["key"].get_ref<const std::string&>() : kernel->key;
+  }
+};
+
 class Builder {
  public:
   Builder(const Toolchains& toolchains, DiskStore& store, BuildConfig config,
           Spawner spawn = run_process);
 
+  // plan() validates, looks the request up and renders (cheap); build() compiles what the
+  // plan did not find (the costly part, which a job queue runs). build(req) does both.
+  Result<BuildPlan> plan(const KernelRequest& req);
+  Result<BuildResult> build(const BuildPlan& plan);
   Result<BuildResult> build(const KernelRequest& req);
   Result<PreparedRequest> prepare(const KernelRequest& req) const;
   Result<RenderedKernel> render(const PreparedRequest& prepared) const;

@@ -20,6 +20,9 @@ enum class ErrorKind {
   kCompileFailed,  // the compiler ran and rejected the source
   kUnavailable,    // a backend or device this host does not have
   kTimeout,        // a child process outlived its deadline
+  kOverloaded,     // the build queue is full: try again later
+  kUnauthorized,   // no valid token
+  kForbidden,      // a token without the role the route needs
   kInternal,       // the service itself failed (disk full, spawn failed)
 };
 

@@ -28,6 +28,11 @@ struct ProcessSpec {
   size_t output_cap = 4 << 20;                  // bytes of stdout+stderr kept; more kills the child
   std::string stdin_data;                       // written to the child's stdin, then closed
   std::vector<std::pair<int, rlim_t>> rlimits;  // RLIMIT_* applied in the child
+  // What a sandbox (core/sandbox) must let the child see beyond the system directories:
+  // cwd is writable; `writable` and `readable` are further paths; `gpu` binds the device nodes.
+  std::vector<std::filesystem::path> writable;
+  std::vector<std::filesystem::path> readable;
+  bool gpu = false;
 };
 
 struct ProcessResult {

@@ -13,6 +13,7 @@ PACKAGES=(
   libgtest-dev googletest libbenchmark-dev
   hipcc libamdhip64-dev llvm-15 clang-tools-15
   libffi-dev libopenblas-dev bubblewrap
+  libjs-chart.js libjs-highlight.js chromium nodejs clang-19 libclang-rt-19-dev
   python3 python3-numpy curl
 )
 
@@ -26,6 +27,12 @@ if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The browser test needs npm; Node from elsewhere (NodeSource) brings its own, Debian's
+# nodejs does not.
+if ! command -v npm >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive ${SUDO:-} apt-get install -y -qq --no-install-recommends npm >/dev/null
 fi
 
 # CUDA is not in Debian main; kforge uses the toolkit at /usr/local/cuda (or $CUDA_HOME).

@@ -5,6 +5,8 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -28,30 +30,78 @@ namespace {
 constexpr const char* kUsage = R"(usage: kforge <command> [options]
 
 commands:
-  serve        run the compilation service
-  submit FILE  send a request (FILE.json, or - for stdin) and save what comes back
-  toolchains   show the compilers this host has (or a server has, with --server)
+  serve              run the compilation service (kforge serve --help lists its settings)
+  submit FILE        send a request (FILE.json, or - for stdin) and save what comes back
+  toolchains         show the compilers this host has (or a server has, with --server)
+  cache stats|gc|verify
+                     look after a cache directory (also while a server uses it)
 
-kforge serve options (each also read from the KFORGE_<NAME> environment variable,
-e.g. KFORGE_PORT; a flag wins over the environment):
-  --host H               address to bind                      [127.0.0.1]
-  --port P               port; 0 picks a free one             [8080]
-  --cache-dir DIR        cache root        [$XDG_CACHE_HOME/kforge or ./.kforge-cache]
-  --compile-timeout S    wall-clock limit per compiler run, s [300]
-  --negative-ttl S       how long a compile error stays cached, s [600]
-  --max-body BYTES       largest request body                 [4194304]
-  --max-source BYTES     largest kernel source                [1048576]
-  --runner-dir DIR       where kforge-runner-{cpu,cuda,rocm} are [beside kforge]
-  --bench-timeout S      wall-clock limit per benchmark run, s [120]
-The first line on stdout is `listening on http://HOST:PORT`.
+kforge submit FILE --server URL [--out DIR] [--token T]
+  POSTs FILE to URL/kernels (following a 202 to its job); with --out, writes <name>.so,
+  the source, <name>_wrapper.py (the ctypes wrapper; it loads <name>.so beside it),
+  <name>.h (the C++ wrapper) and <name>.json (the full answer) into DIR. Prints the
+  summary. --token (or KFORGE_TOKEN) is sent as `Authorization: Bearer`.
 
-kforge submit FILE --server URL [--out DIR]
-  POSTs FILE to URL/kernels; with --out, writes <name>.so, the source, <name>_wrapper.py
-  (the ctypes wrapper; it loads <name>.so beside it), <name>.h (the C++ wrapper) and
-  <name>.json (the full answer) into DIR. Prints the summary.
+kforge toolchains [--server URL] [--token T]
 
-kforge toolchains [--server URL]
+kforge cache stats  [--cache-dir DIR]               entries, bytes, negative entries
+kforge cache gc     [--cache-dir DIR] [--max-bytes N]
+                    drop expired compile errors, dangling request keys, dead staging;
+                    with --max-bytes, evict least recently used entries down to N
+kforge cache verify [--cache-dir DIR]               re-hash every file; drop corrupt entries
 )";
+
+// Every setting of `kforge serve`: a flag --NAME, the variable KFORGE_<NAME>, or a line
+// `NAME = value` in the --config file; in that order of precedence, then the default.
+struct SettingSpec {
+  const char* name;
+  const char* fallback;  // "" for none
+  const char* help;
+};
+constexpr SettingSpec kServeSettings[] = {
+    {"config", "", "a file of `name = value` lines for any setting below"},
+    {"host", "127.0.0.1", "address to bind; without --token-file only loopback is allowed"},
+    {"port", "8080", "port; 0 picks a free one"},
+    {"cache-dir", "", "cache root [$XDG_CACHE_HOME/kforge, or ./.kforge-cache]"},
+    {"cache-max-bytes", "0", "bound on the cache; least recently used entries go first (0: none)"},
+    {"compile-jobs", "", "compiles that run at once [one per core]"},
+    {"max-queue", "64", "builds that may wait for a worker; more are answered 503"},
+    {"compile-timeout", "300", "wall-clock limit per compiler run, s"},
+    {"compile-output-cap", "4194304", "bytes of compiler output kept; more kills the compiler"},
+    {"negative-ttl", "600", "how long a compile error stays cached, s"},
+    {"bench-timeout", "120", "wall-clock limit per benchmark run, s"},
+    {"runner-dir", "", "where kforge-runner-{cpu,cuda,rocm} are [beside kforge]"},
+    {"sandbox", "auto", "auto | bwrap | none: how compilers and runners are confined"},
+    {"token-file", "", "lines `role:token` (roles read, submit, admin); none: auth off"},
+    {"tls-cert", "", "PEM certificate: serve HTTPS (with --tls-key)"},
+    {"tls-key", "", "PEM private key for --tls-cert"},
+    {"max-body", "4194304", "largest request body, bytes"},
+    {"max-source", "1048576", "largest kernel source, bytes"},
+    {"max-json-depth", "32", "deepest nesting of a request's JSON"},
+    {"max-list", "16", "longest list in a request (archs, inputs, epilogue ops)"},
+    {"max-choices", "64", "most choices in one autotune"},
+    {"request-deadline", "600", "longest a request waits for its build before a 202, s"},
+    {"read-timeout", "30", "drop a client that sends nothing for this long, s"},
+    {"write-timeout", "30", "drop a client that reads nothing for this long, s"},
+    {"http-threads", "64", "connections served at once"},
+    {"job-history", "512", "finished jobs kept for /jobs"},
+    {"web-dir", "", "serve the status page's own files from this directory (development)"},
+};
+
+std::string serve_usage() {
+  std::string u =
+      "usage: kforge serve [--NAME VALUE]...\n\nEach setting is a flag, the environment variable "
+      "KFORGE_<NAME> (e.g. KFORGE_PORT),\nor a `NAME = value` line in the --config file; that is "
+      "also the order of precedence.\nThe first line on stdout is `listening on "
+      "http://HOST:PORT`.\n\n";
+  for (const auto& st : kServeSettings) {
+    std::string left =
+        std::string("  --") + st.name + " " + (std::string(st.name) == "config" ? "FILE" : "V");
+    left.resize(std::max<size_t>(left.size() + 1, 26), ' ');
+    u += left + st.help + (*st.fallback ? std::string(" [") + st.fallback + "]" : "") + "\n";
+  }
+  return u;
+}
 
 struct Args {
   std::vector<std::string> positional;
@@ -84,14 +134,48 @@ std::optional<Args> parse_args(int argc, char** argv, int first) {
   return a;
 }
 
-// Flag, then KFORGE_<NAME>, then the default.
+// Flag, then KFORGE_<NAME>, then the config file, then the default.
+std::map<std::string, std::string> g_config;
+
 std::string setting(const Args& a, const std::string& name, const std::string& fallback) {
   if (auto it = a.flags.find(name); it != a.flags.end()) return it->second;
   std::string env = "KFORGE_";
   for (char c : name)
     env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (const char* v = std::getenv(env.c_str()); v && *v) return v;
+  if (auto it = g_config.find(name); it != g_config.end()) return it->second;
   return fallback;
+}
+
+// Reads `name = value` lines (# comments) into g_config; false after printing the error.
+bool load_config(const std::string& file) {
+  std::ifstream in(file);
+  if (!in) {
+    std::cerr << "kforge: cannot read the config file " << file << "\n";
+    return false;
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    auto trim = [](std::string t) {
+      t.erase(0, t.find_first_not_of(" \t"));
+      t.erase(t.find_last_not_of(" \t\r") + 1);
+      return t;
+    };
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    const std::string name = eq == std::string::npos ? "" : trim(line.substr(0, eq));
+    const bool known =
+        std::any_of(std::begin(kServeSettings), std::end(kServeSettings),
+                    [&](const SettingSpec& st) { return name == st.name && name != "config"; });
+    if (!known) {
+      std::cerr << "kforge: " << file << ":" << n
+                << ": expected `name = value` with a known setting name\n";
+      return false;
+    }
+    g_config[name] = trim(line.substr(eq + 1));
+  }
+  return true;
 }
 
 long long number(const std::string& name, const std::string& value) {
@@ -110,27 +194,96 @@ std::string default_cache_dir() {
   return "./.kforge-cache";
 }
 
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// Toolchain roots outside /usr that a sandboxed compiler must still see (e.g. /opt/rocm).
+std::vector<fs::path> toolchain_roots(const core::Toolchains& toolchains) {
+  std::vector<fs::path> roots;
+  for (core::Backend b : core::kAllBackends) {
+    const auto& tc = toolchains.get(b);
+    if (!tc.available) continue;
+    std::error_code ec;
+    fs::path real = fs::canonical(tc.compiler, ec);
+    if (ec || real.string().starts_with("/usr/")) continue;
+    roots.push_back(real.parent_path().parent_path());  // <root>/bin/<compiler>
+  }
+  return roots;
+}
+
 int serve(const Args& a) {
-  static const std::vector<std::string> kKnown = {
-      "host",         "port",     "cache-dir",  "compile-timeout",
-      "negative-ttl", "max-body", "max-source", "runner-dir", "bench-timeout", "help"};
+  if (a.flags.contains("help")) {
+    std::cout << serve_usage();
+    return 0;
+  }
   for (const auto& [k, v] : a.flags) {
-    if (std::find(kKnown.begin(), kKnown.end(), k) == kKnown.end()) {
-      std::cerr << "kforge serve: unknown option --" << k << "\n" << kUsage;
+    const bool known = std::any_of(std::begin(kServeSettings), std::end(kServeSettings),
+                                   [&](const SettingSpec& st) { return k == st.name; });
+    if (!known) {
+      std::cerr << "kforge serve: unknown option --" << k << "\n" << serve_usage();
       return 2;
     }
   }
+  if (std::string file = setting(a, "config", ""); !file.empty() && !load_config(file)) return 2;
+  auto get = [&](const char* name) {
+    for (const auto& st : kServeSettings) {
+      if (std::string(st.name) == name) return setting(a, name, st.fallback);
+    }
+    return std::string();
+  };
+  auto num = [&](const char* name) { return number(name, get(name)); };
+
   api::ServerConfig cfg;
-  cfg.host = setting(a, "host", "127.0.0.1");
-  cfg.port = static_cast<int>(number("port", setting(a, "port", "8080")));
-  cfg.max_body_bytes = number("max-body", setting(a, "max-body", "4194304"));
-  cfg.limits.max_source_bytes = number("max-source", setting(a, "max-source", "1048576"));
+  cfg.host = get("host");
+  cfg.port = static_cast<int>(num("port"));
+  cfg.max_body_bytes = num("max-body");
+  cfg.max_json_depth = num("max-json-depth");
+  cfg.limits.max_source_bytes = num("max-source");
+  cfg.limits.max_archs = cfg.limits.max_inputs = cfg.limits.max_epilogue = num("max-list");
+  cfg.max_choices = num("max-choices");
+  if (!get("compile-jobs").empty()) cfg.compile_jobs = std::max<long long>(1, num("compile-jobs"));
+  cfg.max_queue = num("max-queue");
+  cfg.job_history = num("job-history");
+  cfg.request_deadline = std::chrono::seconds(num("request-deadline"));
+  cfg.read_timeout_s = static_cast<int>(num("read-timeout"));
+  cfg.write_timeout_s = static_cast<int>(num("write-timeout"));
+  cfg.http_threads = std::max<long long>(4, num("http-threads"));
+  cfg.cache_max_bytes = num("cache-max-bytes");
+  cfg.tls_cert = get("tls-cert");
+  cfg.tls_key = get("tls-key");
+  cfg.web_dir = get("web-dir");
+  if (cfg.tls_cert.empty() != cfg.tls_key.empty()) {
+    std::cerr << "kforge serve: --tls-cert and --tls-key go together\n";
+    return 2;
+  }
   core::BuildConfig bcfg;
-  bcfg.compile_timeout =
-      std::chrono::seconds(number("compile-timeout", setting(a, "compile-timeout", "300")));
-  bcfg.negative_ttl =
-      std::chrono::seconds(number("negative-ttl", setting(a, "negative-ttl", "600")));
-  fs::path cache_dir = setting(a, "cache-dir", default_cache_dir());
+  bcfg.compile_timeout = std::chrono::seconds(num("compile-timeout"));
+  bcfg.output_cap = num("compile-output-cap");
+  bcfg.negative_ttl = std::chrono::seconds(num("negative-ttl"));
+  const std::string cache_setting = get("cache-dir");
+  fs::path cache_dir = cache_setting.empty() ? default_cache_dir() : cache_setting;
+
+  api::Auth auth;
+  if (std::string file = get("token-file"); !file.empty()) {
+    auto loaded = api::Auth::load(file);
+    if (!loaded) {
+      const auto& e = loaded.error();
+      std::cerr << "kforge serve: "
+                << (e.fields.empty() ? e.message : e.fields[0].field + ": " + e.fields[0].message)
+                << "\n";
+      return 2;
+    }
+    auth = std::move(*loaded);
+    std::cerr << "kforge: auth on: " << auth.tokens() << " token(s) from " << file << "\n";
+  } else {
+    if (!is_loopback(cfg.host)) {
+      std::cerr << "kforge: no --token-file, so binding 127.0.0.1 instead of " << cfg.host << "\n";
+      cfg.host = "127.0.0.1";
+    }
+    std::cerr << "kforge: auth off (no --token-file): open to anyone who can reach " << cfg.host
+              << "\n";
+  }
 
   // Signals are taken by one thread; every other thread (httplib's pool) inherits the mask.
   sigset_t sigs;
@@ -158,8 +311,16 @@ int serve(const Args& a) {
                                : "unavailable: " + tc.reason)
               << "\n";
   }
-  core::Builder builder(toolchains, *store, bcfg);
-  const fs::path runner_dir = setting(a, "runner-dir", core::executable_dir().string());
+  auto sandbox = core::Sandbox::make(get("sandbox"), toolchain_roots(toolchains));
+  if (!sandbox) {
+    std::cerr << "kforge serve: " << sandbox.error().message << "\n";
+    return 2;
+  }
+  std::cerr << "kforge: sandbox " << sandbox->mode_name() << " (" << sandbox->reason() << ")\n";
+  core::Builder builder(toolchains, *store, bcfg, sandbox->spawner());
+  const std::string runner_setting = get("runner-dir");
+  const fs::path runner_dir =
+      runner_setting.empty() ? core::executable_dir() : fs::path(runner_setting);
   // OpenBLAS picks its kernels from CPUID at load time and falls back to SSE3 ("Prescott")
   // on CPUs it does not recognise (common in VMs); name the family -march resolved to, so
   // the cpu baseline is OpenBLAS at its best on this host. An explicit setting wins.
@@ -168,29 +329,31 @@ int serve(const Args& a) {
     runner_env.push_back(std::string("OPENBLAS_CORETYPE=") + ct);
   } else if (const auto& cpu = toolchains.get(core::Backend::kCpu); cpu.native) {
     const int width = core::templates::cpu_vector_width(*cpu.native);
-    if (width >= 16) runner_env.push_back("OPENBLAS_CORETYPE=SkylakeX");
-    else if (width == 8) runner_env.push_back("OPENBLAS_CORETYPE=Haswell");
+    if (width >= 16)
+      runner_env.push_back("OPENBLAS_CORETYPE=SkylakeX");
+    else if (width == 8)
+      runner_env.push_back("OPENBLAS_CORETYPE=Haswell");
   }
-  core::Bencher bencher(runner_dir, *store,
-                        std::chrono::seconds(number("bench-timeout", setting(a, "bench-timeout", "120"))),
-                        runner_env);
+  core::Bencher bencher(runner_dir, *store, std::chrono::seconds(num("bench-timeout")), runner_env,
+                        sandbox->spawner());
   for (core::Backend b : core::kAllBackends) {
     const auto d = bencher.devices()[std::string(core::backend_name(b))];
     std::cerr << "kforge: " << core::backend_name(b) << " device: "
-              << (d.value("available", false) ? d.value("name", "?") : "unavailable: " + d.value("reason", ""))
+              << (d.value("available", false) ? d.value("name", "?")
+                                              : "unavailable: " + d.value("reason", ""))
               << "\n";
   }
-  core::Autotuner autotuner(builder, bencher, *store, std::max(1u, std::thread::hardware_concurrency()),
-                            [](const std::string& line) { std::cerr << line << "\n"; });
-  api::Server server(cfg, builder, *store, toolchains, bencher, autotuner);
+  api::Server server(cfg, {builder, *store, toolchains, bencher, *sandbox, auth});
   auto port = server.bind();
   if (!port) {
     std::cerr << "kforge: " << port.error().message << "\n";
     return 1;
   }
-  std::string url = "http://" + cfg.host + ":" + std::to_string(*port);
+  const std::string url =
+      std::string(server.tls() ? "https" : "http") + "://" + cfg.host + ":" + std::to_string(*port);
   std::cout
       << "listening on " << url << "\n"
+      << "status page: " << url << "/\n"
       << "try:\n"
       << "  curl -s " << url << "/toolchains\n"
       << "  curl -s " << url
@@ -216,7 +379,44 @@ int serve(const Args& a) {
   return 0;
 }
 
-std::optional<httplib::Client> client_for(const std::string& server) {
+int cache(const Args& a) {
+  const std::string what = a.positional.empty() ? "" : a.positional[0];
+  if (what != "stats" && what != "gc" && what != "verify") {
+    std::cerr << "kforge cache: expected stats, gc or verify\n";
+    return 2;
+  }
+  const std::string dir_setting = setting(a, "cache-dir", "");
+  std::unique_ptr<core::DiskStore> store;
+  try {
+    store = std::make_unique<core::DiskStore>(
+        fs::absolute(fs::path(dir_setting.empty() ? default_cache_dir() : dir_setting)));
+  } catch (const std::exception& e) {
+    std::cerr << "kforge cache: " << e.what() << "\n";
+    return 1;
+  }
+  nlohmann::json out = {{"cache_dir", store->root().string()}};
+  if (what == "gc") {
+    const auto g = store->collect_garbage();
+    out["removed"] = {{"expired_negative_entries", g.expired},
+                      {"dangling_requests", g.dangling_requests},
+                      {"dead_staging_items", g.staging_items}};
+    if (auto it = a.flags.find("max-bytes"); it != a.flags.end()) {
+      const auto r = store->evict(number("max-bytes", it->second));
+      out["evicted"] = {
+          {"entries", r.evicted}, {"bytes", r.freed_bytes}, {"kept_in_use", r.kept_pinned}};
+    }
+  } else if (what == "verify") {
+    const auto r = store->verify_all();
+    out["checked"] = r.checked;
+    out["removed"] = r.removed;
+  }
+  out["stats"] = store->stats().to_json();
+  std::cout << out.dump(2) << "\n";
+  return what == "verify" && !out["removed"].empty() ? 1 : 0;
+}
+
+std::optional<httplib::Client> client_for(const Args& a) {
+  const std::string server = setting(a, "server", "");
   if (server.empty()) {
     std::cerr << "kforge: --server URL is required\n";
     return std::nullopt;
@@ -224,6 +424,8 @@ std::optional<httplib::Client> client_for(const std::string& server) {
   httplib::Client c(server);
   c.set_connection_timeout(10);
   c.set_read_timeout(3600);  // a cold compile can take minutes
+  if (std::string token = setting(a, "token", ""); !token.empty()) c.set_bearer_token_auth(token);
+  if (a.flags.contains("insecure")) c.enable_server_certificate_verification(false);
   return c;
 }
 
@@ -245,7 +447,7 @@ int submit(const Args& a) {
     }
     body = *r;
   }
-  auto cli = client_for(setting(a, "server", ""));
+  auto cli = client_for(a);
   if (!cli) return 2;
   auto res = cli->Post("/kernels", body, "application/json");
   if (!res) {
@@ -253,9 +455,25 @@ int submit(const Args& a) {
               << httplib::to_string(res.error()) << "\n";
     return 1;
   }
+  int status = res->status;
   auto j = nlohmann::json::parse(res->body, nullptr, false);
-  if (res->status != 200 || j.is_discarded()) {
-    std::cerr << "kforge submit: HTTP " << res->status << "\n";
+  // 202: the build outlived the request; follow its job until it ends.
+  for (std::string location = res->get_header_value("Location");
+       status == 202 && !location.empty();) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto poll = cli->Get(location);
+    if (!poll || poll->status != 200) {
+      std::cerr << "kforge submit: cannot follow " << location << "\n";
+      return 1;
+    }
+    auto job = nlohmann::json::parse(poll->body, nullptr, false);
+    if (job.is_object() && (job["state"] == "done" || job["state"] == "failed")) {
+      status = job.value("http_status", 500);
+      j = job["result"];
+    }
+  }
+  if (status != 200 || j.is_discarded()) {
+    std::cerr << "kforge submit: HTTP " << status << "\n";
     if (!j.is_discarded()) {
       std::cerr << j.value("detail", "") << "\n";
       for (const auto& e : j.value("errors", nlohmann::json::array())) {
@@ -307,7 +525,7 @@ int toolchains(const Args& a) {
     std::cout << core::Toolchains::discover().to_json().dump(2) << "\n";
     return 0;
   }
-  auto cli = client_for(server);
+  auto cli = client_for(a);
   auto res = cli->Get("/toolchains");
   if (!res || res->status != 200) {
     std::cerr << "kforge toolchains: cannot query " << server << "\n";
@@ -335,13 +553,14 @@ int main(int argc, char** argv) {
   }
   auto args = parse_args(argc, argv, 2);
   if (!args) return 2;
-  if (args->flags.contains("help")) {
+  if (args->flags.contains("help") && cmd != "serve") {
     std::cout << kUsage;
     return 0;
   }
   if (cmd == "serve") return serve(*args);
   if (cmd == "submit") return submit(*args);
   if (cmd == "toolchains") return toolchains(*args);
+  if (cmd == "cache") return cache(*args);
   std::cerr << "kforge: unknown command `" << cmd << "`\n" << kUsage;
   return 2;
 }

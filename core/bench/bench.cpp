@@ -110,12 +110,38 @@ json Bencher::run_runner(Backend b, const json& request) {
   if (::access(runner.c_str(), X_OK) != 0) {
     return {{"status", "unavailable"}, {"reason", "no runner program " + runner.string() + " (not built on this host)"}};
   }
+  // The runner's own empty directory is all it may write, besides the reference outputs
+  // an autotune shares between its runs; it may read the artifacts it is handed.
+  auto dir = store_.make_staging();
+  if (!dir) return {{"status", "failed"}, {"reason", dir.error().message}};
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{*dir};
   ProcessSpec spec;
   spec.argv = {runner.string()};
-  spec.cwd = store_.staging_root();
-  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + store_.staging_root().string(), "LANG=C"};
+  spec.cwd = *dir;
+  spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir->string(), "TMPDIR=" + dir->string(), "LANG=C"};
+  spec.gpu = b != Backend::kCpu;
+  spec.readable = {runner_dir_, fs::path(request.value("artifact", "")).parent_path()};
+  if (request.contains("reference")) {
+    const json& r = request["reference"];
+    spec.readable.push_back(fs::path(r.value("artifact", "")).parent_path());
+    if (r.contains("outputs_file")) spec.writable.push_back(fs::path(r.value("outputs_file", "")).parent_path());
+  }
   for (const char* pass : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH"}) {
     if (const char* v = std::getenv(pass)) spec.env.push_back(std::string(pass) + "=" + v);
+  }
+  if (const char* v = std::getenv("LD_LIBRARY_PATH")) {  // the GPU runtime's libraries
+    std::string_view rest = v;
+    while (!rest.empty()) {
+      auto colon = rest.find(':');
+      if (colon) spec.readable.emplace_back(rest.substr(0, colon));
+      rest = colon == std::string_view::npos ? "" : rest.substr(colon + 1);
+    }
   }
   spec.env.insert(spec.env.end(), runner_env_.begin(), runner_env_.end());
   spec.stdin_data = request.dump();

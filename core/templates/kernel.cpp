@@ -74,9 +74,11 @@ KernelSignature::KernelSignature(const TemplateRequest& req, std::vector<ScalarA
   abi_.symbol = std::string(kKernelNamePlaceholder);
   for (int idx : spec.input_reorder) {
     const TensorMeta& t = spec.inputs[static_cast<size_t>(idx)];
-    names_[static_cast<size_t>(idx)] = t.name;
+    // Parameters are named as Inductor names them (in_ptr0, ..., out_ptr0), never after
+    // the tensors: a tensor called `b` or `M` must not shadow the kernel's own locals.
+    names_[static_cast<size_t>(idx)] = "in_ptr" + std::to_string(abi_.args.size());
     AbiArg a;
-    a.name = t.name;
+    a.name = names_[static_cast<size_t>(idx)];
     a.kind = ArgKind::kTensor;
     a.ctype = "const " + element_ctype(req.backend, t.dtype) + "*";
     a.binds = t.name;
@@ -84,12 +86,12 @@ KernelSignature::KernelSignature(const TemplateRequest& req, std::vector<ScalarA
     a.is_const = true;
     abi_.args.push_back(a);
   }
-  out_name_ = spec.output.name;
+  out_name_ = "out_ptr0";
   AbiArg o;
   o.name = out_name_;
   o.kind = ArgKind::kTensor;
   o.ctype = element_ctype(req.backend, spec.output.dtype) + "*";
-  o.binds = out_name_;
+  o.binds = spec.output.name;
   o.dtype = spec.output.dtype;
   abi_.args.push_back(o);
   for (const auto& s : scalars) {

@@ -77,7 +77,10 @@ httplib::Client ServerProcess::client() const {
 namespace {
 Reply to_reply(const httplib::Result& r) {
   Reply out;
-  if (!r) return out;
+  if (!r) {
+    out.raw = "no response: " + httplib::to_string(r.error());
+    return out;
+  }
   out.status = r->status;
   out.raw = r->body;
   out.content_type = r->get_header_value("Content-Type");

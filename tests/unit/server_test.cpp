@@ -16,8 +16,10 @@ TEST(OpenApi, EveryRegisteredRouteIsDocumented) {
   core::Toolchains toolchains({});
   core::Builder builder(toolchains, store, {});
   core::Bencher bencher(s.path() / "no-runners", store, std::chrono::seconds(5));
-  core::Autotuner autotuner(builder, bencher, store, 1, [](const std::string&) {});
-  Server server({}, builder, store, toolchains, bencher, autotuner);
+  auto sandbox = core::Sandbox::make("none", {});
+  ASSERT_TRUE(sandbox);
+  Auth auth;
+  Server server({}, {builder, store, toolchains, bencher, *sandbox, auth});
   std::ifstream in(KFORGE_OPENAPI_PATH);
   auto spec = nlohmann::json::parse(in);
   ASSERT_FALSE(server.route_table().empty());

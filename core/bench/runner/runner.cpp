@@ -401,4 +401,10 @@ int runner_main() {
 
 }  // namespace kforge::runner
 
+// Under AddressSanitizer (CI's second build) a kernel's fault must still end the runner by
+// its signal, as in a normal build, so the service reports the crash the same way.
+extern "C" __attribute__((used, visibility("default"))) const char* __asan_default_options() {
+  return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0";
+}
+
 int main() { return kforge::runner::runner_main(); }

@@ -1,0 +1,39 @@
+// Helpers the route files share (internal to api/).
+#pragma once
+
+#include <httplib.h>
+
+#include <nlohmann/json.hpp>
+
+#include "api/problem.hpp"
+#include "core/hash.hpp"
+
+namespace kforge::api {
+
+inline constexpr const char* kJson = "application/json";
+
+inline void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200) {
+  res.status = status;
+  res.set_content(j.dump(2) + "\n", kJson);
+}
+
+inline void send_problem(httplib::Response& res, const nlohmann::json& problem) {
+  res.status = problem.value("status", 500);
+  if (res.status == 503) res.set_header("Retry-After", "5");
+  if (res.status == 401) res.set_header("WWW-Authenticate", "Bearer realm=\"kforge\"");
+  res.set_content(problem.dump(2) + "\n", kProblemType);
+}
+
+inline void send_error(httplib::Response& res, const core::Error& e) {
+  send_problem(res, problem_json(e));
+}
+
+// Checks a 64-hex {key} path parameter before it touches the disk.
+inline bool valid_key(const httplib::Request& req, httplib::Response& res, std::string& key) {
+  key = req.matches[1];
+  if (core::is_hex_key(key)) return true;
+  send_problem(res, problem_json(400, "a kernel key is 64 lowercase hex characters", "/key"));
+  return false;
+}
+
+}  // namespace kforge::api

@@ -1,0 +1,90 @@
+// Job routes: GET /jobs, /jobs/{id}, /jobs/{id}/events (server-sent events).
+#include <regex>
+
+#include "api/http_util.hpp"
+#include "api/server.hpp"
+
+namespace kforge::api {
+namespace {
+
+// Checks the {id} path parameter; the job, or an answered 400/404 and null.
+std::shared_ptr<core::Job> find_job(const core::JobQueue& jobs, const httplib::Request& req,
+                                    httplib::Response& res) {
+  static const std::regex kId("j[0-9]{1,20}");
+  const std::string id = req.matches[1];
+  if (!std::regex_match(id, kId)) {
+    send_problem(res, problem_json(400, "a job id is `j` and digits, as /jobs lists them", "/id"));
+    return nullptr;
+  }
+  auto job = jobs.find(id);
+  if (!job)
+    send_problem(
+        res, problem_json(404, "no job " + id + " (the history keeps the most recent jobs only)"));
+  return job;
+}
+
+std::string sse_event(const char* event, const nlohmann::json& data) {
+  return std::string("event: ") + event + "\ndata: " + data.dump() + "\n\n";
+}
+
+}  // namespace
+
+void Server::job_routes() {
+  route(
+      "GET", "/jobs", "/jobs", Role::kRead,
+      [this](const httplib::Request& req, httplib::Response& res) {
+        size_t limit = 100;
+        if (req.has_param("limit")) {
+          const std::string v = req.get_param_value("limit");
+          if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
+            return send_problem(
+                res, problem_json(400, "limit is a number of jobs (1 to 999999)", "/limit"));
+          }
+          limit = std::stoul(v);
+        }
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& j : jobs_.recent(limit)) list.push_back(j->to_json(false));
+        send_json(res, {{"jobs", list},
+                        {"queue",
+                         {{"depth", jobs_.depth()},
+                          {"max", jobs_.max_queue()},
+                          {"workers", jobs_.workers()},
+                          {"busy", jobs_.busy()}}}});
+      });
+
+  route("GET", "/jobs/{id}", R"(/jobs/([^/]+))", Role::kRead,
+        [this](const httplib::Request& req, httplib::Response& res) {
+          if (auto job = find_job(jobs_, req, res)) send_json(res, job->to_json(true));
+        });
+
+  // One `state` event per change (the job as /jobs/{id} shows it, without the result), an
+  // `end` event with the result when it finishes, and a comment every 15 s to keep the
+  // connection open through proxies.
+  route("GET", "/jobs/{id}/events", R"(/jobs/([^/]+)/events)", Role::kRead,
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto job = find_job(jobs_, req, res);
+          if (!job) return;
+          res.set_header("Cache-Control", "no-cache");
+          res.set_header("X-Accel-Buffering", "no");  // nginx: pass events through at once
+          res.set_chunked_content_provider(
+              "text/event-stream",
+              [job, seen = uint64_t{0}, first = true](size_t, httplib::DataSink& sink) mutable {
+                if (!sink.is_writable()) return false;
+                const uint64_t now =
+                    first ? job->version() : job->wait_change(seen, std::chrono::seconds(15));
+                if (!first && now == seen) {
+                  const std::string ping = ": keep-alive\n\n";
+                  return sink.write(ping.data(), ping.size());
+                }
+                first = false;
+                seen = now;
+                std::string out = sse_event("state", job->to_json(false));
+                if (job->finished()) out += sse_event("end", job->to_json(true));
+                if (!sink.write(out.data(), out.size())) return false;
+                if (job->finished()) sink.done();
+                return true;
+              });
+        });
+}
+
+}  // namespace kforge::api

@@ -1,0 +1,373 @@
+// Kernel routes: POST /kernels, /autotune, /render; GET /kernels/{key}[/...], /templates.
+#include <chrono>
+
+#include "api/http_util.hpp"
+#include "api/server.hpp"
+#include "core/fsutil.hpp"
+#include "core/templates/template.hpp"
+#include "core/wrapper.hpp"
+
+namespace kforge::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The Error a problem body describes (a job's failed answer, handed back to the autotuner).
+core::Error error_from_problem(int status, const nlohmann::json& p) {
+  core::Error e;
+  e.kind = status == 422   ? core::ErrorKind::kCompileFailed
+           : status == 503 ? core::ErrorKind::kOverloaded
+           : status == 400 ? core::ErrorKind::kBadRequest
+                           : core::ErrorKind::kInternal;
+  e.message = p.value("detail", "the build failed");
+  for (const auto& f : p.value("errors", nlohmann::json::array()))
+    e.fields.push_back({f.value("field", ""), f.value("message", "")});
+  e.extra = p;
+  return e;
+}
+
+void send_answer(httplib::Response& res, int status, const nlohmann::json& body) {
+  if (status >= 400) return send_problem(res, body);
+  send_json(res, body, status);
+}
+
+}  // namespace
+
+core::JobQueue::Work Server::build_work(core::BuildPlan plan, nlohmann::json benchmark) {
+  return [this, plan = std::move(plan), benchmark = std::move(benchmark)](core::Job& job) {
+    const std::string backend(core::backend_name(plan.prepared.req.backend));
+    job.set_state(core::JobState::kCompiling);
+    auto built = svc_.builder.build(plan);
+    if (!built) {
+      const core::Error& e = built.error();
+      const std::string cache = e.extra.value("cache", "miss");
+      metrics_.cache_outcome(cache);
+      job.finish(problem_json(e).value("status", 500), problem_json(e), cache);
+      return;
+    }
+    const std::string key = built->manifest["key"];
+    core::DiskStore::Pin pin(svc_.store, key);  // not evicted while we answer with it
+    metrics_.cache_outcome(built->cache);
+    if (built->cache == "miss") {
+      metrics_.compile(backend, built->manifest["compile"].value("seconds", 0.0), key);
+    }
+    job.set_info("key", key);
+    job.set_info("kernel_name", built->manifest.value("kernel_name", ""));
+    nlohmann::json body = kernel_view(built->manifest);
+    body["cache"] = built->cache;
+    if (!benchmark.is_null()) {
+      job.set_state(core::JobState::kBenchmarking);
+      const auto t0 = Clock::now();
+      const auto opts = core::BenchOptions::from_json(benchmark);
+      std::optional<nlohmann::json> reference;
+      const core::KernelRequest& req = plan.prepared.req;
+      if (opts.verify && req.tmpl && svc_.bencher.available(req.backend)) {
+        core::KernelRequest r = req;
+        r.reference = true;
+        r.benchmark = nullptr;
+        if (auto ref = svc_.builder.build(r)) reference = ref->manifest;
+      }
+      body["benchmark"] = svc_.bencher.run(built->manifest, opts, reference);
+      built->phases_ms["benchmark"] = ms_since(t0);
+      metrics_.benchmark(backend, built->phases_ms["benchmark"].get<double>() / 1000);
+    }
+    body["phases_ms"] = built->phases_ms;
+    maintain_cache();  // before answering: whoever hears of this build sees the cache bounded
+    job.finish(200, body, built->cache);
+  };
+}
+
+void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
+  auto body = core::parse_json_body(req.body, config_.max_json_depth);
+  if (!body) return send_error(res, body.error());
+  // How long to wait is about this exchange, not the kernel: it is no part of any key.
+  auto wait = config_.request_deadline;
+  if (body->is_object() && body->contains("wait_ms")) {
+    const auto& w = (*body)["wait_ms"];
+    if (!w.is_number_integer() || w.get<int64_t>() < 0) {
+      return send_problem(
+          res, problem_json(400, "wait_ms is a non-negative integer (milliseconds)", "/wait_ms"));
+    }
+    wait = std::min(wait, std::chrono::milliseconds(w.get<int64_t>()));
+    body->erase("wait_ms");
+  }
+  const bool async = req.get_header_value("Prefer").find("respond-async") != std::string::npos;
+  auto kreq = core::parse_kernel_request(*body, config_.limits);
+  if (!kreq) return send_error(res, kreq.error());
+  nlohmann::json info =
+      job_info("kernel", *kreq, req.remote_addr, res.get_header_value("X-Request-Id"));
+
+  auto plan = svc_.builder.plan(*kreq);
+  if (!plan) {
+    const core::Error& e = plan.error();
+    if (e.kind ==
+        core::ErrorKind::kCompileFailed) {  // a cached compile error: a job that failed at once
+      metrics_.cache_outcome("hit");
+      info["key"] = e.extra.value("key", nlohmann::json(nullptr));
+      jobs_.start(info)->finish(422, problem_json(e), "hit");
+    }
+    return send_error(res, e);
+  }
+  info["archs"] = plan->prepared.archs;  // resolved: what was built
+  info["key"] = plan->key();
+  info["kernel_name"] =
+      plan->hit ? plan->hit->manifest.value("kernel_name", "") : plan->kernel->abi.symbol;
+  if (plan->hit && kreq->benchmark.is_null()) {
+    core::DiskStore::Pin pin(svc_.store, plan->key());
+    nlohmann::json j = kernel_view(plan->hit->manifest);
+    j["cache"] = "hit";
+    j["phases_ms"] = plan->phases_ms;
+    metrics_.cache_outcome("hit");
+    jobs_.start(info)->finish(200, j, "hit");
+    return send_json(res, j);
+  }
+
+  std::string flight = plan->key();
+  if (!kreq->benchmark.is_null()) flight += " benchmark " + kreq->benchmark.dump();
+  auto submitted = jobs_.submit(info, flight, build_work(*plan, kreq->benchmark));
+  if (!submitted) return send_error(res, submitted.error());
+  const auto job = submitted->job;
+  if (async || !job->wait_until(Clock::now() + wait)) {
+    res.set_header("Location", "/jobs/" + job->id());
+    return send_json(res, job->to_json(false), 202);
+  }
+  nlohmann::json answer = job->body();
+  if (submitted->joined) {
+    // Shared another request's build: say so, and show it as its own row in /jobs.
+    answer["cache"] = "joined";
+    metrics_.cache_outcome("joined");
+    info["joined"] = job->id();
+    jobs_.start(info)->finish(job->http_status(), answer, "joined");
+  }
+  send_answer(res, job->http_status(), answer);
+}
+
+core::Result<core::BuildResult> Server::build_queued(const core::KernelRequest& req,
+                                                     const std::string& client) {
+  auto plan = svc_.builder.plan(req);
+  if (!plan) return std::unexpected(plan.error());
+  if (plan->hit) {
+    metrics_.cache_outcome("hit");
+    return *plan->hit;
+  }
+  nlohmann::json info = job_info("kernel", req, client, "");
+  info["archs"] = plan->prepared.archs;
+  info["key"] = plan->key();
+  info["kernel_name"] = plan->kernel->abi.symbol;
+  auto submitted = jobs_.submit(info, plan->key(), build_work(*plan, nullptr));
+  if (!submitted) return std::unexpected(submitted.error());
+  const auto& job = submitted->job;
+  job->wait_until(Clock::now() + std::chrono::hours(24));
+  const nlohmann::json body = job->body();
+  if (job->http_status() != 200)
+    return std::unexpected(error_from_problem(job->http_status(), body));
+  auto manifest = svc_.store.lookup(plan->key());
+  if (!manifest)
+    return core::fail(core::ErrorKind::kInternal,
+                      "kernel " + plan->key() + " vanished after its build");
+  return core::BuildResult{std::move(*manifest),
+                           submitted->joined ? "joined" : body.value("cache", "miss"),
+                           body.value("phases_ms", nlohmann::json::object())};
+}
+
+void Server::post_autotune(const httplib::Request& req, httplib::Response& res) {
+  auto body = core::parse_json_body(req.body, config_.max_json_depth);
+  if (!body) return send_error(res, body.error());
+  if (!body->is_object())
+    return send_problem(res, problem_json(400, "the request body must be a JSON object", ""));
+  nlohmann::json choices = body->value("choices", nlohmann::json("default"));
+  body->erase("choices");
+  if (!body->contains("template"))
+    return send_problem(res, problem_json(400, "autotuning needs a template request", "/template"));
+  if (body->contains("params")) {
+    return send_problem(
+        res, problem_json(400, "give the parameters to try in `choices`, not `params`", "/params"));
+  }
+  if (choices.is_array() && choices.size() > config_.max_choices) {
+    return send_problem(res, problem_json(400,
+                                          std::to_string(choices.size()) + " choices; at most " +
+                                              std::to_string(config_.max_choices) + " per autotune",
+                                          "/choices"));
+  }
+  auto kreq = core::parse_kernel_request(*body, config_.limits);
+  if (!kreq) return send_error(res, kreq.error());
+  if (auto room = jobs_.reserve(choices.is_array() ? choices.size() : 1); !room)
+    return send_error(res, room.error());
+  auto job = jobs_.start(
+      job_info("autotune", *kreq, req.remote_addr, res.get_header_value("X-Request-Id")));
+  job->set_state(core::JobState::kCompiling);
+  auto result = autotuner_.run(*kreq, choices,
+                               [&](const char*) { job->set_state(core::JobState::kBenchmarking); });
+  if (!result) {
+    job->finish(problem_json(result.error()).value("status", 500), problem_json(result.error()),
+                "");
+    return send_error(res, result.error());
+  }
+  if ((*result)["winner"].is_object()) {
+    job->set_info("key", (*result)["winner"]["key"]);
+    job->set_info("kernel_name", (*result)["winner"]["kernel_name"]);
+  }
+  job->finish(200, *result, result->value("cache", "miss"));
+  send_json(res, *result);
+}
+
+void Server::kernel_routes() {
+  route("POST", "/kernels", "/kernels", Role::kSubmit,
+        [this](const httplib::Request& req, httplib::Response& res) { post_kernel(req, res); });
+  route("POST", "/autotune", "/autotune", Role::kSubmit,
+        [this](const httplib::Request& req, httplib::Response& res) { post_autotune(req, res); });
+
+  route("GET", "/kernels/{key}", R"(/kernels/([^/]+))", Role::kRead,
+        [this](const httplib::Request& req, httplib::Response& res) {
+          std::string key;
+          if (!valid_key(req, res, key)) return;
+          auto m = svc_.store.lookup(key);
+          if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
+          nlohmann::json j = kernel_view(*m);
+          // What was measured since: each device's benchmark, and the autotune it was part of.
+          const auto dir = svc_.store.entry_dir(key);
+          j["benchmarks"] = nlohmann::json::object();
+          std::error_code ec;
+          for (const auto& f : std::filesystem::directory_iterator(dir / "bench", ec)) {
+            auto text = core::read_file(f.path());
+            auto b = nlohmann::json::parse(text ? *text : "", nullptr, false);
+            if (b.is_object()) j["benchmarks"][f.path().stem().string()] = b;
+          }
+          auto tuned = core::read_file(dir / "autotune.json");
+          auto a = nlohmann::json::parse(tuned ? *tuned : "", nullptr, false);
+          j["autotune"] = a.is_object() ? a : nlohmann::json(nullptr);
+          send_json(res, j);
+        });
+
+  for (const char* sub : {"artifact", "object", "source", "log"}) {
+    route(
+        "GET", std::string("/kernels/{key}/") + sub, std::string("/kernels/([^/]+)/(") + sub + ")",
+        Role::kRead, [this](const httplib::Request& req, httplib::Response& res) {
+          std::string key;
+          if (!valid_key(req, res, key)) return;
+          const std::string what = req.matches[2];
+          core::DiskStore::Pin pin(svc_.store, key);  // not evicted while it is served
+          const bool existed = std::filesystem::exists(svc_.store.entry_dir(key) / "manifest.json");
+          auto m = svc_.store.lookup(key);
+          if (!m && existed) {
+            return send_problem(
+                res,
+                problem_json(
+                    404,
+                    "kernel " + key +
+                        " was corrupt (or expired) on disk and has been removed; submit it again"));
+          }
+          if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
+          std::string file = what == "artifact" ? "kernel.so"
+                             : what == "object" ? "kernel.o"
+                             : what == "log"    ? "compile.log"
+                                                : m->value("source_file", "");
+          if (!(*m)["files"].contains(file)) {
+            return send_problem(
+                res,
+                problem_json(404,
+                             "kernel " + key + " has no " + what +
+                                 (what == "object" ? " (it was not built with options.aot)" : "")));
+          }
+          const std::string sha = (*m)["files"][file]["sha256"];
+          const std::string etag = "\"" + sha + "\"";
+          res.set_header("ETag", etag);
+          if (req.get_header_value("If-None-Match") == etag) {
+            res.status = 304;
+            return;
+          }
+          auto data = core::read_file(svc_.store.entry_dir(key) / file);
+          // Checked again as it is served: bytes flipped since the lookup are never sent.
+          if (!data || core::sha256_hex(*data) != sha) {
+            svc_.store.remove_entry(key);
+            return send_problem(
+                res, problem_json(
+                         404, "kernel " + key +
+                                  " was corrupt on disk and has been removed; submit it again"));
+          }
+          const bool binary = what == "artifact" || what == "object";
+          if (binary) {
+            res.set_header("Content-Disposition", "attachment; filename=\"" +
+                                                      m->value("kernel_name", key) +
+                                                      (what == "artifact" ? ".so\"" : ".o\""));
+          }
+          res.set_content(std::move(*data),
+                          binary ? "application/octet-stream" : "text/plain; charset=utf-8");
+        });
+  }
+
+  route("POST", "/render", "/render", Role::kSubmit,
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto body = core::parse_json_body(req.body, config_.max_json_depth);
+          if (!body) return send_error(res, body.error());
+          auto kreq = core::parse_kernel_request(*body, config_.limits);
+          if (!kreq) return send_error(res, kreq.error());
+          auto prepared = svc_.builder.prepare(*kreq);
+          if (!prepared) return send_error(res, prepared.error());
+          auto kernel = svc_.builder.render(*prepared);
+          if (!kernel) return send_error(res, kernel.error());
+          nlohmann::json argv = nlohmann::json::array();
+          for (const auto& step : kernel->steps) argv.push_back(step.argv);
+          nlohmann::json j = {
+              {"key", kernel->key},
+              {"request_key", prepared->request_key},
+              {"kernel_name", kernel->abi.symbol},
+              {"backend", core::backend_name(kreq->backend)},
+              {"archs", prepared->archs},
+              {"source", core::substitute_kernel_name(kernel->source, kernel->abi.symbol)},
+              {"abi", kernel->abi.to_json()},
+              {"workspace_bytes", kernel->abi.workspace_bytes
+                                      ? nlohmann::json(*kernel->abi.workspace_bytes)
+                                      : nlohmann::json(nullptr)},
+              {"wrapper",
+               {{"python", core::python_wrapper(kernel->abi, kreq->backend)},
+                {"cpp", core::cpp_wrapper(kernel->abi, kreq->backend)}}},
+              {"compile", {{"argv", argv}}}};
+          if (prepared->req.tmpl) j["template"] = prepared->req.tmpl->to_json();
+          send_json(res, j);
+        });
+
+  auto describe = [this](const core::templates::Template& t) {
+    nlohmann::json backends = nlohmann::json::object();
+    for (core::Backend b : core::kAllBackends) {
+      nlohmann::json d = t.describe(b);
+      const auto& tc = svc_.toolchains.get(b);
+      core::templates::TemplateRequest probe{
+          b, tc.native ? std::vector<std::string>{*tc.native} : std::vector<std::string>{}, {}};
+      d["default_choices"] = t.default_choices(probe);
+      d["default_choices_for_arch"] =
+          tc.native ? nlohmann::json(*tc.native) : nlohmann::json(nullptr);
+      backends[std::string(core::backend_name(b))] = d;
+    }
+    return nlohmann::json{
+        {"name", t.name()}, {"description", t.description()}, {"backends", backends}};
+  };
+  route("GET", "/templates", "/templates", Role::kRead,
+        [describe](const httplib::Request&, httplib::Response& res) {
+          nlohmann::json list = nlohmann::json::array();
+          for (const auto& t : core::templates::Registry::builtin().all())
+            list.push_back(describe(*t));
+          send_json(res, {{"templates", list}});
+        });
+  route("GET", "/templates/{name}", R"(/templates/([^/]+))", Role::kRead,
+        [describe](const httplib::Request& req, httplib::Response& res) {
+          const std::string name = req.matches[1];
+          const auto* t = core::templates::Registry::builtin().find(name);
+          if (!t)
+            return send_problem(res,
+                                problem_json(404, "no template named `" + name + "`", "/name"));
+          send_json(res, describe(*t));
+        });
+
+  // Whatever else hangs under /kernels/ is a malformed key (or a traversal attempt).
+  http_->Get(R"(/kernels/(.*))", [](const httplib::Request& req, httplib::Response& res) {
+    std::string key;
+    if (valid_key(req, res, key)) send_problem(res, problem_json(404, "no route for " + req.path));
+  });
+}
+
+}  // namespace kforge::api

@@ -1,0 +1,136 @@
+#include "core/sandbox.hpp"
+
+#include <sys/resource.h>
+
+#include <cstdlib>
+#include <system_error>
+
+namespace kforge::core {
+namespace fs = std::filesystem;
+
+namespace {
+
+// What every child may read: the system (toolchains live under /usr) and what the dynamic
+// loader and compilers consult in /etc. Nothing else of /etc (no passwd, shadow, ssh keys).
+constexpr const char* kEtcFiles[] = {"/etc/ld.so.cache",  "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+                                     "/etc/alternatives", "/etc/localtime",  "/etc/hipcc",
+                                     "/etc/OpenCL"};
+// The top-level directories that Debian's merged /usr turns into symlinks.
+constexpr const char* kUsrLinks[] = {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
+
+void add_gpu_nodes(std::vector<std::string>& a) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/dev", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("nvidia") || name == "kfd" || name == "dri") {
+      a.insert(a.end(), {"--dev-bind", e.path().string(), e.path().string()});
+    }
+  }
+  a.insert(a.end(), {"--ro-bind", "/sys", "/sys"});
+}
+
+}  // namespace
+
+Sandbox::Sandbox(Mode mode, std::string reason, fs::path bwrap, std::vector<fs::path> readable,
+                 SandboxLimits limits)
+    : mode_(mode),
+      reason_(std::move(reason)),
+      bwrap_(std::move(bwrap)),
+      readable_(std::move(readable)),
+      limits_(limits) {}
+
+Result<Sandbox> Sandbox::make(std::string_view mode, std::vector<fs::path> extra_readable,
+                              SandboxLimits limits, Spawner spawn) {
+  if (mode != "auto" && mode != "bwrap" && mode != "none") {
+    return fail_field("/sandbox",
+                      "unknown sandbox mode `" + std::string(mode) + "` (auto, bwrap or none)");
+  }
+  if (mode == "none") return Sandbox(Mode::kNone, "asked for none", {}, {}, limits);
+
+  const char* path_env = std::getenv("PATH");
+  fs::path bwrap = find_program("bwrap", path_env ? path_env : "/usr/bin:/bin");
+  std::string why;
+  if (bwrap.empty()) {
+    why = "bwrap (bubblewrap) is not installed";
+  } else {
+    // A probe: the same kind of sandbox a compile gets, running `true`.
+    Sandbox probe(Mode::kBwrap, "", bwrap, extra_readable, limits);
+    ProcessSpec spec;
+    spec.argv = {"/usr/bin/true"};
+    spec.cwd = fs::temp_directory_path();
+    spec.env = {"PATH=/usr/bin:/bin"};
+    spec.timeout = std::chrono::seconds(20);
+    auto r = spawn(probe.wrap(spec));
+    if (r && r->ok()) {
+      return Sandbox(Mode::kBwrap, mode == "auto" ? "auto: bwrap works here" : "asked for bwrap",
+                     bwrap, std::move(extra_readable), limits);
+    }
+    why = "bwrap does not work here: " +
+          (r ? r->describe() +
+                   (r->output.empty() ? "" : ": " + r->output.substr(0, r->output.find('\n')))
+             : r.error().message);
+  }
+  if (mode == "bwrap") return fail(ErrorKind::kUnavailable, "--sandbox bwrap: " + why);
+  return Sandbox(Mode::kNone, "auto: " + why, {}, {}, limits);
+}
+
+std::vector<std::string> Sandbox::bwrap_args(const ProcessSpec& spec) const {
+  std::vector<std::string> a = {bwrap_.string(), "--unshare-all", "--die-with-parent",
+                                "--new-session", "--ro-bind",     "/usr",
+                                "/usr"};
+  std::error_code ec;
+  for (const char* d : kUsrLinks) {
+    if (fs::is_symlink(d, ec)) {
+      a.insert(a.end(), {"--symlink", fs::read_symlink(d, ec).string(), d});
+    } else if (fs::exists(d, ec)) {
+      a.insert(a.end(), {"--ro-bind", d, d});
+    }
+  }
+  for (const char* f : kEtcFiles) a.insert(a.end(), {"--ro-bind-try", f, f});
+  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"});
+  auto bind = [&](const char* how, const fs::path& p) {
+    if (p.is_absolute()) a.insert(a.end(), {how, p.string(), p.string()});
+  };
+  for (const auto& r : readable_) bind("--ro-bind-try", r);
+  for (const auto& r : spec.readable) bind("--ro-bind-try", r);
+  if (spec.gpu) add_gpu_nodes(a);
+  for (const auto& w : spec.writable) bind("--bind", w);
+  if (!spec.cwd.empty())
+    a.insert(a.end(),
+             {"--bind", spec.cwd.string(), spec.cwd.string(), "--chdir", spec.cwd.string()});
+  a.push_back("--");
+  return a;
+}
+
+ProcessSpec Sandbox::wrap(ProcessSpec spec) const {
+  const auto cpu_seconds =
+      rlim_t(std::chrono::ceil<std::chrono::seconds>(spec.timeout).count()) + 5;
+  spec.rlimits.push_back({RLIMIT_CPU, cpu_seconds});
+  spec.rlimits.push_back({RLIMIT_FSIZE, limits_.file_size});
+  spec.rlimits.push_back({RLIMIT_NPROC, limits_.processes});
+  if (!spec.gpu) spec.rlimits.push_back({RLIMIT_AS, limits_.address_space});
+  if (mode_ == Mode::kBwrap) {
+    auto argv = bwrap_args(spec);
+    argv.insert(argv.end(), spec.argv.begin(), spec.argv.end());
+    spec.argv = std::move(argv);
+  }
+  return spec;
+}
+
+Spawner Sandbox::spawner(Spawner inner) const {
+  return [self = *this, inner = std::move(inner)](const ProcessSpec& spec) {
+    auto r = inner(self.wrap(spec));
+    // bwrap exits 128+N when its child died of signal N: report the signal, as without it.
+    if (r && self.mode_ == Mode::kBwrap && r->term_signal == 0 && r->exit_code > 128 &&
+        r->exit_code < 128 + 65) {
+      r->term_signal = r->exit_code - 128;
+      r->exit_code = -1;
+    }
+    // bwrap reports its own failures as "bwrap: ..." and exits 1 before the program runs.
+    if (!r || (self.mode_ == Mode::kBwrap && !r->ok() && r->output.starts_with("bwrap: ")))
+      ++*self.failures_;
+    return r;
+  };
+}
+
+}  // namespace kforge::core
