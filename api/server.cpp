@@ -112,6 +112,8 @@ Server::Server(ServerConfig config, Services services)
   http_->set_read_timeout(config_.read_timeout_s);
   http_->set_write_timeout(config_.write_timeout_s);
   http_->set_keep_alive_timeout(5);
+  http_->set_keep_alive_max_count(10000);
+  http_->set_tcp_nodelay(true);  // small answers must not wait out delayed ACKs (40 ms)
   http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     res.set_header("X-Request-Id", request_id(req));

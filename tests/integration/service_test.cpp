@@ -476,7 +476,12 @@ TEST_F(Service, MetricsReadyzAccessLogAndSettings) {
   ASSERT_TRUE(core::write_file_atomic(config, "# settings\nmax-queue = 7\ncompile-jobs = 3\n"));
   auto s = start({"--config", config.string()});
   ASSERT_EQ(post_json(*s, "/kernels", quick_kernel(91)).status, 200);
+  // The access log and its counters are written just after the answer has gone out.
   auto m = get(*s, "/metrics");
+  for (int i = 0; i < 100 && m.raw.find("route=\"/kernels\"") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    m = get(*s, "/metrics");
+  }
   for (const char* series :
        {"kforge_http_requests_total{route=\"/kernels\",method=\"POST\",status=\"200\"}",
         "kforge_cache_requests_total{outcome=\"miss\"}", "kforge_queue_depth",
