@@ -224,7 +224,7 @@ Result<nlohmann::json> parse_json_body(std::string_view body, size_t max_depth) 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(body.begin(), body.end(), cb);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
     return fail_field("", std::string("invalid JSON: ") + e.what());
   }
   if (depth_exceeded || json_depth(j) > max_depth) {

@@ -83,6 +83,10 @@ TEST(Request, JsonBodyErrors) {
   ASSERT_FALSE(too_deep);
   EXPECT_NE(too_deep.error().message.find("deeper"), std::string::npos);
   EXPECT_TRUE(parse_json_body("{\"a\": [1, 2]}", 32));
+  // A number nlohmann cannot hold is bad input too, not an exception (found by the fuzzer).
+  auto overflow = parse_json_body("{\"a\": 888888888888888888888800428e3905207863}", 32);
+  ASSERT_FALSE(overflow);
+  EXPECT_NE(overflow.error().message.find("number overflow"), std::string::npos);
 }
 
 }  // namespace
