@@ -167,8 +167,13 @@ Result<JobQueue::Submitted> JobQueue::submit(nlohmann::json info, const std::str
     std::lock_guard lock(mu_);
     if (!flight.empty()) {
       if (auto it = in_flight_.find(flight); it != in_flight_.end()) {
-        ++joins_;
-        return Submitted{it->second, true};
+        // A job that has just finished is not joined: its answer may be a failure that
+        // the caller is retrying (a killed compiler), and the cache answers successes.
+        if (!it->second->finished()) {
+          ++joins_;
+          return Submitted{it->second, true};
+        }
+        in_flight_.erase(it);
       }
     }
     if (stopping_) return fail(ErrorKind::kOverloaded, "the service is shutting down");
@@ -236,7 +241,7 @@ void JobQueue::worker() {
     }
     std::lock_guard lock(mu_);
     --busy_;
-    if (!p.flight.empty()) in_flight_.erase(p.flight);
+    if (auto it = in_flight_.find(p.flight); it != in_flight_.end() && it->second == p.job) in_flight_.erase(it);
   }
 }
 
