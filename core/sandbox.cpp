@@ -108,7 +108,7 @@ ProcessSpec Sandbox::wrap(ProcessSpec spec) const {
   spec.rlimits.push_back({RLIMIT_CPU, cpu_seconds});
   spec.rlimits.push_back({RLIMIT_FSIZE, limits_.file_size});
   spec.rlimits.push_back({RLIMIT_NPROC, limits_.processes});
-  if (!spec.gpu) spec.rlimits.push_back({RLIMIT_AS, limits_.address_space});
+  if (!spec.gpu && limits_.address_space != RLIM_INFINITY) spec.rlimits.push_back({RLIMIT_AS, limits_.address_space});
   if (mode_ == Mode::kBwrap) {
     auto argv = bwrap_args(spec);
     argv.insert(argv.end(), spec.argv.begin(), spec.argv.end());
