@@ -29,8 +29,8 @@ struct SandboxLimits {
 #else
   rlim_t address_space = rlim_t(16)
                          << 30;        // bytes; not applied to GPU runners (drivers map far more)
-  rlim_t file_size = rlim_t(1) << 30;  // bytes, per file written
 #endif
+  rlim_t file_size = rlim_t(1) << 30;  // bytes, per file written
   rlim_t processes = 4096;             // per user, a fork-bomb brake
 };
 
