@@ -109,18 +109,37 @@ std::string Metrics::render(const Gauges& g) const {
     sample(out, "kforge_cache_requests_total", std::string("outcome=\"") + o + "\"",
            it == outcomes_.end() ? 0.0 : double(it->second));
   }
-  help(out, "kforge_compiler_runs_total", "counter", "Compiler processes started.");
-  sample(out, "kforge_compiler_runs_total", "", double(g.compiler_runs));
-  help(out, "kforge_benchmark_runs_total", "counter", "Runner processes started for benchmarks.");
-  sample(out, "kforge_benchmark_runs_total", "", double(g.benchmark_runs));
-  help(out, "kforge_queue_depth", "gauge", "Jobs waiting for a worker.");
-  sample(out, "kforge_queue_depth", "", double(g.queue_depth));
-  help(out, "kforge_queue_capacity", "gauge", "Most jobs that may wait (--max-queue).");
-  sample(out, "kforge_queue_capacity", "", double(g.queue_max));
-  help(out, "kforge_workers", "gauge", "Compile workers (--compile-jobs).");
-  sample(out, "kforge_workers", "", double(g.workers));
-  help(out, "kforge_workers_busy", "gauge", "Compile workers running a job.");
-  sample(out, "kforge_workers_busy", "", double(g.busy));
+  struct Scalar {
+    const char* name;
+    const char* type;
+    const char* text;
+    double value;
+  };
+  const Scalar scalars[] = {
+      {"kforge_compiler_runs_total", "counter", "Compiler processes started.",
+       double(g.compiler_runs)},
+      {"kforge_benchmark_runs_total", "counter", "Runner processes started for benchmarks.",
+       double(g.benchmark_runs)},
+      {"kforge_queue_depth", "gauge", "Jobs waiting for a worker.", double(g.queue_depth)},
+      {"kforge_queue_capacity", "gauge", "Most jobs that may wait (--max-queue).",
+       double(g.queue_max)},
+      {"kforge_workers", "gauge", "Compile workers (--compile-jobs).", double(g.workers)},
+      {"kforge_workers_busy", "gauge", "Compile workers running a job.", double(g.busy)},
+      {"kforge_cache_bytes", "gauge", "Bytes of published cache entries.", double(g.cache_bytes)},
+      {"kforge_cache_entries", "gauge", "Published cache entries (negative ones included).",
+       double(g.cache_entries)},
+      {"kforge_cache_max_bytes", "gauge", "The cache's size bound (0: unbounded).",
+       double(g.cache_max_bytes)},
+      {"kforge_cache_evictions_total", "counter",
+       "Entries evicted to keep the cache under its bound.", double(evictions_)},
+      {"kforge_cache_evicted_bytes_total", "counter", "Bytes evicted.", double(evicted_bytes_)},
+      {"kforge_sandbox_failures_total", "counter", "Child processes the sandbox could not start.",
+       double(g.sandbox_failures)},
+  };
+  for (const auto& m : scalars) {
+    help(out, m.name, m.type, m.text);
+    sample(out, m.name, "", m.value);
+  }
   help(out, "kforge_compile_duration_seconds", "histogram",
        "Wall-clock time of compiles that ran a compiler.");
   for (const auto& [b, h] : compile_)
@@ -128,20 +147,6 @@ std::string Metrics::render(const Gauges& g) const {
   help(out, "kforge_benchmark_duration_seconds", "histogram", "Wall-clock time of benchmark runs.");
   for (const auto& [b, h] : benchmark_)
     h.render(out, "kforge_benchmark_duration_seconds", "backend=\"" + b + "\"");
-  help(out, "kforge_cache_bytes", "gauge", "Bytes of published cache entries.");
-  sample(out, "kforge_cache_bytes", "", double(g.cache_bytes));
-  help(out, "kforge_cache_entries", "gauge", "Published cache entries (negative ones included).");
-  sample(out, "kforge_cache_entries", "", double(g.cache_entries));
-  help(out, "kforge_cache_max_bytes", "gauge", "The cache's size bound (0: unbounded).");
-  sample(out, "kforge_cache_max_bytes", "", double(g.cache_max_bytes));
-  help(out, "kforge_cache_evictions_total", "counter",
-       "Entries evicted to keep the cache under its bound.");
-  sample(out, "kforge_cache_evictions_total", "", double(evictions_));
-  help(out, "kforge_cache_evicted_bytes_total", "counter", "Bytes evicted.");
-  sample(out, "kforge_cache_evicted_bytes_total", "", double(evicted_bytes_));
-  help(out, "kforge_sandbox_failures_total", "counter",
-       "Child processes the sandbox could not start.");
-  sample(out, "kforge_sandbox_failures_total", "", double(g.sandbox_failures));
   return out;
 }
 

@@ -252,7 +252,7 @@ void Server::kernel_routes() {
           const std::string what = req.matches[2];
           core::DiskStore::Pin pin(svc_.store, key);  // not evicted while it is served
           const bool existed = std::filesystem::exists(svc_.store.entry_dir(key) / "manifest.json");
-          auto m = svc_.store.lookup(key);
+          auto m = svc_.store.manifest(key);  // the served file alone is hashed, below
           if (!m && existed) {
             return send_problem(
                 res,
@@ -281,7 +281,7 @@ void Server::kernel_routes() {
             return;
           }
           auto data = core::read_file(svc_.store.entry_dir(key) / file);
-          // Checked again as it is served: bytes flipped since the lookup are never sent.
+          // Verified as it is served: bytes that differ from the manifest are never sent.
           if (!data || core::sha256_hex(*data) != sha) {
             svc_.store.remove_entry(key);
             return send_problem(

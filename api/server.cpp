@@ -257,10 +257,9 @@ nlohmann::json Server::cache_stats() {
 void Server::maintain_cache() {
   if (config_.cache_max_bytes == 0) return;
   std::lock_guard lock(cache_mu_);
-  auto st = svc_.store.stats();
-  if (st.bytes <= config_.cache_max_bytes) return;
-  // Down to 90% of the bound, so that the next few builds do not each trigger a scan.
-  auto r = svc_.store.evict(config_.cache_max_bytes / 10 * 9);
+  // Over the bound: down to 90% of it, so that the next few builds do not each evict.
+  auto r = svc_.store.evict(config_.cache_max_bytes / 10 * 9, config_.cache_max_bytes);
+  if (r.evicted == 0 && r.kept_pinned == 0) return;
   metrics_.evicted(r.evicted, r.freed_bytes);
   cache_stats_ = nullptr;
   log_line({{"event", "evict"},

@@ -90,8 +90,6 @@ class Server {
   // (method, OpenAPI path) of every registered route.
   const std::vector<std::pair<std::string, std::string>>& route_table() const { return routes_; }
 
-  Metrics& metrics() { return metrics_; }
-
  private:
   using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
   // Registers a handler behind the role check and records its OpenAPI path.

@@ -71,11 +71,6 @@ bool Job::finished() const {
   return state_ == JobState::kDone || state_ == JobState::kFailed;
 }
 
-JobState Job::state() const {
-  std::lock_guard lock(mu_);
-  return state_;
-}
-
 int Job::http_status() const {
   std::lock_guard lock(mu_);
   return http_status_;

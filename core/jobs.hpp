@@ -46,7 +46,6 @@ class Job {
   void finish(int http_status, nlohmann::json body, std::string cache);
 
   bool finished() const;
-  JobState state() const;
   int http_status() const;
   nlohmann::json body() const;
   nlohmann::json to_json(bool with_result) const;

@@ -155,9 +155,8 @@ Result<nlohmann::json> DiskStore::publish(const fs::path& staging, const std::st
   return manifest;
 }
 
-std::optional<nlohmann::json> DiskStore::lookup(const std::string& key) {
-  fs::path dir = entry_dir(key);
-  auto text = read_file(dir / "manifest.json");
+std::optional<nlohmann::json> DiskStore::manifest(const std::string& key) {
+  auto text = read_file(entry_dir(key) / "manifest.json");
   if (!text) return std::nullopt;
   nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
   bool valid = !m.is_discarded() && m.is_object() && m.value("format", 0) == kFormat &&
@@ -166,14 +165,21 @@ std::optional<nlohmann::json> DiskStore::lookup(const std::string& key) {
       m.value("expires_at", int64_t{0}) <= now_seconds()) {
     valid = false;  // a negative entry past its time-to-live
   }
-  if (valid) {
-    for (auto it = m["files"].begin(); it != m["files"].end() && valid; ++it) {
-      valid = verify_file(key, m, it.key());
-    }
-  }
   if (!valid) {
     remove_entry(key);
     return std::nullopt;
+  }
+  return m;
+}
+
+std::optional<nlohmann::json> DiskStore::lookup(const std::string& key) {
+  auto m = manifest(key);
+  if (!m) return std::nullopt;
+  for (auto it = (*m)["files"].begin(); it != (*m)["files"].end(); ++it) {
+    if (!verify_file(key, *m, it.key())) {
+      remove_entry(key);
+      return std::nullopt;
+    }
   }
   return m;
 }
@@ -254,7 +260,7 @@ CacheStats DiskStore::stats() const {
   return st;
 }
 
-EvictResult DiskStore::evict(uint64_t target_bytes) {
+EvictResult DiskStore::evict(uint64_t target_bytes, uint64_t only_above) {
   struct Entry {
     fs::file_time_type used;
     std::string key;
@@ -269,9 +275,13 @@ EvictResult DiskStore::evict(uint64_t target_bytes) {
     total += bytes;
     entries.push_back({ec ? fs::file_time_type::min() : used, key, bytes});
   });
+  EvictResult r;
+  if (total <= only_above) {
+    r.bytes_after = total;
+    return r;
+  }
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.used < b.used; });
-  EvictResult r;
   for (const auto& e : entries) {
     if (total <= target_bytes) break;
     if (pinned(e.key)) {

@@ -96,6 +96,9 @@ class DiskStore {
                                  nlohmann::json manifest);
   // The verified manifest, or nullopt (absent, corrupt, expired negative).
   std::optional<nlohmann::json> lookup(const std::string& key);
+  // The manifest alone, its files not re-hashed: for a caller that verifies the one file it
+  // reads as it reads it (serving an artifact). Removes a malformed or expired entry.
+  std::optional<nlohmann::json> manifest(const std::string& key);
   // Verifies one file of an entry against the manifest (used before serving it).
   bool verify_file(const std::string& key, const nlohmann::json& manifest, const std::string& name);
   void remove_entry(const std::string& key);
@@ -117,8 +120,9 @@ class DiskStore {
   bool pinned(const std::string& key) const;
 
   CacheStats stats() const;
-  // Removes least recently used entries until the cache holds at most `target_bytes`.
-  EvictResult evict(uint64_t target_bytes);
+  // Removes least recently used entries until the cache holds at most `target_bytes`;
+  // nothing when it holds no more than `only_above` (one scan either way).
+  EvictResult evict(uint64_t target_bytes, uint64_t only_above = 0);
   // Re-hashes every file of every entry; drops the entries that fail (and expired negatives).
   VerifyResult verify_all();
   // Removes what nothing needs: expired negative entries, request pointers whose kernel
