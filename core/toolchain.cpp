@@ -135,9 +135,7 @@ Toolchain discover_cuda(const Spawner& spawn, const std::string& path) {
                  : probe(spawn, {smi.string(), "--query-gpu=compute_cap", "--format=csv,noheader"},
                          tc.search_path);
   if (cap && !words(*cap).empty()) {
-    std::string c = words(*cap).front();  // "9.0"
-    c.erase(std::remove(c.begin(), c.end(), '.'), c.end());
-    tc.native = "sm_" + c;
+    tc.native = cuda_native_arch(words(*cap).front(), tc.archs);
   } else {
     tc.native_reason = "no NVIDIA GPU on this host (nvidia-smi found none)";
   }
@@ -291,6 +289,12 @@ Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std:
     return fail_field(field, "the cpu backend builds for exactly one -march target");
   }
   return out;
+}
+
+std::string cuda_native_arch(std::string compute_cap, const std::vector<std::string>& archs) {
+  compute_cap.erase(std::remove(compute_cap.begin(), compute_cap.end(), '.'), compute_cap.end());
+  const std::string specific = "sm_" + compute_cap + "a";
+  return std::find(archs.begin(), archs.end(), specific) != archs.end() ? specific : "sm_" + compute_cap;
 }
 
 std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>& arch_list,

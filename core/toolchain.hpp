@@ -70,6 +70,11 @@ struct Toolchain {
 nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
                                     const std::vector<std::string>& archs);
 
+// What `native` means for an NVIDIA device of compute capability `compute_cap` ("9.0"):
+// the arch-specific target (sm_90a: wgmma, setmaxnreg) where nvcc accepts one, since native
+// code runs on this very device and no other; else the plain target (sm_86).
+std::string cuda_native_arch(std::string compute_cap, const std::vector<std::string>& archs);
+
 class Toolchains {
  public:
   static Toolchains discover(const Spawner& spawn = run_process);

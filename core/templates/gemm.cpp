@@ -100,8 +100,58 @@ void check_cpu(const TemplateRequest& r, Problems& p) {
   if (need > regs) p.add("/params/mr", "mr x nr/vec accumulators need " + std::to_string(need) + " vector registers; the arch has " + std::to_string(regs));
 }
 
+// The shared memory the Hopper kernel asks for: the stages, 1 KiB to align them for the
+// 128-byte swizzle, and two mbarriers per stage.
+int64_t wgmma_smem_bytes(int bm, int bn, int stages) { return int64_t(stages) * (bm + bn) * 64 * 2 + 1024 + 16 * stages; }
+
+std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch"; }
+
+// The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
+// 64-deep K slices that one producer thread loads with TMA into 128-byte-swizzled shared
+// memory, `stages` deep.
+void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
+  const json& q = r.spec.params;
+  int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
+  if (g.ab == Dtype::kFloat32) return p.add("/params/mma", "wgmma takes float16 or bfloat16 operands; float32 runs on the SIMT kernel (mma_sync)");
+  for (size_t i = 0; i < r.archs.size(); ++i) {
+    if (r.archs[i] != "sm_90a") p.add(arch_field(r, i), "wgmma exists only on the arch-specific Hopper target sm_90a, not " + r.archs[i]);
+  }
+  if (bk != 64) p.add("/params/block_k", "the wgmma kernel loads 64-element (128-byte swizzled) K slices: block_k must be 64, not " + std::to_string(bk));
+  if (bn % 64 != 0) p.add("/params/block_n", "the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128 or 256");
+  if (warps != 8 && warps != 12) {
+    p.add("/params/warps", "the wgmma kernel runs one producer and one or two consumer warpgroups: warps is 8 or 12, not " + std::to_string(warps));
+  } else {
+    const int consumers = warps / 4 - 1;
+    if (bm % (64 * consumers) != 0) {
+      p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * consumers));
+    } else if (bm / consumers / 64 * bn / 2 > 128) {
+      p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(bm / consumers / 64 * bn / 2) + " accumulators per thread; the limit is 128 (registers)");
+    }
+  }
+  if (stages < 2) p.add("/params/stages", "the TMA pipeline needs at least 2 stages");
+  const int64_t smem = wgmma_smem_bytes(bm, bn, stages);
+  if (smem > cuda_smem_limit("sm_90a")) {
+    p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x64 tiles need " + std::to_string(smem) +
+                                " bytes of shared memory; sm_90a has " + std::to_string(cuda_smem_limit("sm_90a")));
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::string why;
+    if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(i) + "/strides", std::string(i ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
+  }
+}
+
+// Whether the Hopper kernel can run this request (its defaults and choices). The catalog
+// asks with no tensors at all.
+bool wgmma_viable(const TemplateRequest& r) {
+  if (r.archs.empty() || r.spec.inputs.size() < 2) return false;
+  if (std::any_of(r.archs.begin(), r.archs.end(), [](const std::string& a) { return a != "sm_90a"; })) return false;
+  const GemmProblem g = gemm_problem(r.spec);
+  return g.ab != Dtype::kFloat32 && tma_operand(g, 0) && tma_operand(g, 1);
+}
+
 void check_cuda(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
   const json& q = r.spec.params;
+  if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) {
     const int threads = warps * 32;
@@ -118,7 +168,7 @@ void check_cuda(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
   }
   for (size_t i = 0; i < r.archs.size(); ++i) {
     int sm = std::atoi(r.archs[i].c_str() + 3);
-    if (sm < 80) p.add(r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch", "the float16/bfloat16 gemm uses mma.sync and cp.async: sm_80 or newer, not " + r.archs[i]);
+    if (sm < 80) p.add(arch_field(r, i), "the float16/bfloat16 gemm uses mma.sync and cp.async: sm_80 or newer, not " + r.archs[i]);
     const int64_t smem = int64_t(stages) * (int64_t(bm) * (bk + 8) + int64_t(bk) * (bn + 8)) * 2;
     if (smem > cuda_smem_limit(r.archs[i])) {
       p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) +
@@ -196,6 +246,41 @@ GemmProblem gemm_problem(const TemplateSpec& s) {
   return g;
 }
 
+std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::string* why) {
+  const bool a = operand == 0;
+  const int64_t mn = a ? p.M : p.N, k = p.K;
+  const int64_t s_mn = a ? p.sAm : p.sBn, s_k = a ? p.sAk : p.sBk;
+  const int64_t s_b = a ? p.sAb : p.sBb, off = a ? p.offA : p.offB;
+  auto fail = [&](std::string reason) -> std::optional<TmaOperand> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  constexpr int64_t kVec = 8;  // 16 bytes of a 16-bit type
+  auto round_up = [](int64_t x) { return (x + kVec - 1) / kVec * kVec; };
+  TmaOperand t;
+  if (s_k == 1 || (k == 1 && s_mn != 1)) {
+    t = {true, k, mn, 1, s_mn, 0};
+  } else if (s_mn == 1 || mn == 1) {
+    t = {false, mn, k, 1, s_k, 0};
+  } else {
+    return fail("neither its K nor its " + std::string(a ? "M" : "N") + " dimension has stride 1");
+  }
+  if (t.outer == 1) t.outer_stride = round_up(t.inner);
+  if (t.outer_stride % kVec != 0) return fail("its stride " + std::to_string(t.outer_stride) + " is not a multiple of 8 elements (16 bytes)");
+  t.batch = s_b == 0 ? 1 : p.batch;
+  t.batch_stride = t.batch == 1 ? round_up(t.outer_stride * t.outer) : s_b;
+  if (t.batch_stride % kVec != 0) return fail("its batch stride " + std::to_string(s_b) + " is not a multiple of 8 elements (16 bytes)");
+  if (off % kVec != 0) return fail("its offset " + std::to_string(off) + " is not a multiple of 8 elements (16 bytes)");
+  constexpr int64_t kMaxStrideBytes = int64_t(1) << 40, kMaxDim = int64_t(1) << 32;
+  if (t.batch_stride * 2 >= kMaxStrideBytes || t.outer_stride * 2 >= kMaxStrideBytes) return fail("a stride is 2^40 bytes or more");
+  if (t.inner > kMaxDim || t.outer > kMaxDim || t.batch > kMaxDim) return fail("a dimension exceeds 2^32");
+  return t;
+}
+
+CudaMma cuda_mma(const json& params) {
+  return params.is_object() && params.value("mma", "") == "wgmma" ? CudaMma::kWgmma : CudaMma::kMmaSync;
+}
+
 EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& sig) {
   const auto& spec = req.spec;
   EpilogueCode code;
@@ -255,8 +340,11 @@ std::vector<ParamSpec> GemmTemplate::params(Backend backend) const {
       return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
               {"block_n", "int", ints({32, 64, 128, 256}), 128, "columns of C per thread block"},
               {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
-              {"warps", "int", ints({1, 2, 4, 8}), 8, "warps per block (2 x warps/2 warp grid from 4 on)"},
-              {"stages", "int", ints({1, 2, 3, 4, 5}), 3, "cp.async pipeline stages (16-bit types)"}};
+              {"warps", "int", ints({1, 2, 4, 8, 12}), 8, "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8 or 12 (one producer and one or two consumer warpgroups)"},
+              {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
+              {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
+               "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
+               "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
     case Backend::kRocm:
       return {{"block_m", "int", ints({32, 64, 128, 256}), 64, "rows of C per workgroup"},
               {"block_n", "int", ints({32, 64, 128, 256}), 64, "columns of C per workgroup"},
@@ -290,10 +378,23 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         }
         break;
       }
+      if (wgmma_viable(req)) {
+        // Hopper: the wgmma tilings (two consumers with 64- or 128-row tiles, one consumer for
+        // narrow or skinny problems), then the mma_sync ones that won on sm_90 before.
+        for (auto [bm, bn, w, s] : std::vector<std::tuple<int, int, int, int>>{
+                 {128, 256, 12, 4}, {128, 256, 12, 3}, {256, 128, 12, 4}, {128, 128, 12, 6}, {128, 128, 8, 6},
+                 {64, 256, 8, 5}, {64, 128, 8, 8}, {128, 64, 12, 8}}) {
+          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", w}, {"stages", s}, {"mma", "wgmma"}});
+        }
+        for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{{128, 128, 64, 4, 3}, {64, 64, 32, 4, 4}}) {
+          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}, {"mma", "mma_sync"}});
+        }
+        break;
+      }
       for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{
                {128, 128, 32, 4, 3}, {128, 128, 32, 4, 4}, {128, 256, 32, 8, 3}, {256, 128, 32, 8, 3}, {128, 128, 64, 4, 3},
                {64, 128, 32, 4, 4}, {128, 64, 32, 4, 4}, {64, 64, 32, 4, 4}, {128, 256, 64, 8, 3}, {64, 256, 32, 4, 3}}) {
-        out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}});
+        out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}, {"mma", "mma_sync"}});
       }
       break;
     case Backend::kRocm:
@@ -316,11 +417,23 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
       if (!req.spec.params.contains(it.key())) req.spec.params[it.key()] = it.value();
     }
   }
+  // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
+  static const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"mma", "wgmma"}};
+  const bool no_params = !req.spec.params.is_object() || req.spec.params.empty();
+  if (req.backend == Backend::kCuda && cuda_mma(req.spec.params) == CudaMma::kWgmma) {
+    for (auto it = kWgmmaDefaults.begin(); it != kWgmmaDefaults.end(); ++it) {
+      if (!req.spec.params.contains(it.key())) req.spec.params[it.key()] = it.value();
+    }
+  }
   if (auto r = apply_param_specs(params(req.backend), req.spec.params); !r) return r;
   Problems p;
   check_shapes(req.spec, p);
   if (!p.list.empty()) return p.result();
   const GemmProblem g = gemm_problem(req.spec);
+  if (req.backend == Backend::kCuda && no_params && wgmma_viable(req)) {
+    // Hopper's fast path by default, as the mma_sync defaults are for sm_80 and later.
+    req.spec.params = kWgmmaDefaults;
+  }
   switch (req.backend) {
     case Backend::kCpu: check_cpu(req, p); break;
     case Backend::kCuda: check_cuda(req, g, p); break;

@@ -2,12 +2,14 @@
 // A is inputs[0] ([M,K] or [B,M,K]), B is inputs[1] ([K,N] or [B,K,N]); any stride
 // order, storage offsets, float32/float16/bfloat16, accumulation in float32. The other
 // inputs feed the epilogue (`add`/`mul`), broadcast against [B,M,N] like torch.
-// Backends: cpu (packed, cache-blocked, vectorized, OpenMP), cuda (mma.sync tensor cores
-// with a cp.async multi-stage pipeline for 16-bit types, SIMT for float32), rocm (MFMA on
+// Backends: cpu (packed, cache-blocked, vectorized, OpenMP), cuda (on sm_90a, warp-specialized
+// wgmma fed by TMA; elsewhere mma.sync tensor cores with a cp.async multi-stage pipeline for
+// 16-bit types; SIMT for float32), rocm (MFMA on
 // gfx90a/gfx908, a plain LDS-tiled kernel elsewhere). render(reference=true) gives the
 // naive one-output-per-thread kernel that verification trusts.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,22 @@ struct GemmProblem {
 };
 
 GemmProblem gemm_problem(const TemplateSpec& spec);
+
+// How the Hopper kernel describes a 16-bit operand to the TMA unit: a 3-d tensor map over
+// (contiguous dimension, the other one, batch), in elements. `kmajor` says whether the
+// contiguous dimension is K. No stride is 0: a dimension of size 1 gets a packed stride.
+struct TmaOperand {
+  bool kmajor = true;
+  int64_t inner = 0, outer = 0, batch = 1;
+  int64_t outer_stride = 0, batch_stride = 0;
+};
+// nullopt (with the reason) where TMA cannot load the operand: neither M/N nor K has unit
+// stride, or a stride or the offset is not a multiple of 16 bytes. operand 0 is A, 1 is B.
+std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::string* why = nullptr);
+
+// The cuda kernel a request's params select.
+enum class CudaMma { kMmaSync, kWgmma };
+CudaMma cuda_mma(const nlohmann::json& params);
 
 // The epilogue as C++: a function
 //   KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n, <extra params>)

@@ -1,4 +1,5 @@
-// The cuda gemm. float16/bfloat16: mma.sync.m16n8k16 tensor-core tiles fed by ldmatrix
+// The cuda gemm. float16/bfloat16 on sm_90a (mma = wgmma): a warp-specialized TMA + wgmma
+// kernel, see kWgmmaKernel. float16/bfloat16 elsewhere: mma.sync.m16n8k16 tensor-core tiles fed by ldmatrix
 // from padded shared memory, a `stages`-deep cp.async pipeline, and a shared-memory layout
 // per operand chosen from its strides (K-major tiles load with ldmatrix, M- or N-major
 // tiles with ldmatrix.trans), so row- and column-major operands both stream 16-byte
@@ -33,6 +34,7 @@ Layouts layouts(const GemmProblem& p) {
 }
 
 constexpr const char* kTensorCoreKernel = R"(
+namespace tc {
 constexpr int BM = $bm$, BN = $bn$, BK = $bk$, WARPS = $warps$, STAGES = $stages$;
 constexpr int THREADS = WARPS * 32;
 constexpr int WM = WARPS >= 4 ? 2 : 1, WN = WARPS / WM;
@@ -197,19 +199,251 @@ cudaError_t launch(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+// 16-byte vectors need 16-byte aligned bases as well as the strides checked at render time.
+cudaError_t run(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream) {
+  const bool va = $a_vec$ && reinterpret_cast<uintptr_t>(A) % 16 == 0;
+  const bool vb = $b_vec$ && reinterpret_cast<uintptr_t>(B) % 16 == 0;
+  return va ? (vb ? launch<true, true>(A, B, C$EPARGS$, stream) : launch<true, false>(A, B, C$EPARGS$, stream))
+            : (vb ? launch<false, true>(A, B, C$EPARGS$, stream) : launch<false, false>(A, B, C$EPARGS$, stream));
+}
+}  // namespace tc
+)";
+
+constexpr const char* kTensorCoreEntry = R"(
 }  // namespace
 
 extern "C" $DECL$ {
   if (workspace_size) { *workspace_size = 0; return 0; }
   if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
-$NULLCHECKS$  // 16-byte vectors need 16-byte aligned bases as well as the strides checked at render time.
-  const bool va = $a_vec$ && reinterpret_cast<uintptr_t>($A$) % 16 == 0;
-  const bool vb = $b_vec$ && reinterpret_cast<uintptr_t>($B$) % 16 == 0;
-  cudaError_t e = va ? (vb ? launch<true, true>($A$, $B$, $C$$EPARGS$, stream) : launch<true, false>($A$, $B$, $C$$EPARGS$, stream))
-                     : (vb ? launch<false, true>($A$, $B$, $C$$EPARGS$, stream) : launch<false, false>($A$, $B$, $C$$EPARGS$, stream));
+$NULLCHECKS$  return tc::run($A$, $B$, $C$$EPARGS$, stream) == cudaSuccess ? 0 : 3;
+}
+)";
+
+// The Hopper kernel (sm_90a). One producer warpgroup, whose first thread issues TMA loads,
+// and CONSUMERS warpgroups that each own WG_M rows of the BM x BN block and issue
+// wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring of stages handed over
+// with mbarriers (full: the TMA bytes landed; empty: every consumer's wgmmas that read the
+// stage have completed). TMA zero-fills what lies past an edge, so ragged M, N and K need no
+// special case; the epilogue guards its stores.
+constexpr const char* kWgmmaKernel = R"(
+namespace wg {
+constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$;
+constexpr int THREADS = (CONSUMERS + 1) * 128;
+constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
+constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
+constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
+constexpr int KTILES = int((kK + BK - 1) / BK);
+// Tiles are stored in 128-byte-swizzled atoms of 8 rows x 128 bytes, as TMA's SWIZZLE_128B
+// writes them and wgmma's descriptors read them: a K-major tile as [rows][64], an M- or
+// N-major tile as [rows / 64 panels][64 (K)][64].
+constexpr uint32_t ROW = 128, ATOM = 8 * ROW, PANEL = 64 * ROW;  // bytes
+constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;  // + alignment slack, 2 mbarriers a stage
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "KF_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra KF_WAIT;\n"
+      "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+// A shared-memory matrix descriptor: start, leading and stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32 | uint64_t(1) << 62;
+}
+// Rows [r0, r0 + 64) of a stage's A tile and K slice [16 kk, 16 kk + 16): K-major, the slice
+// is 32 bytes into each swizzled row; M-major, 16 rows of K into the row's 64-wide panel.
+__device__ __forceinline__ uint64_t desc_a(uint32_t a, int r0, int kk) {
+  return A_KMAJOR ? desc(a + r0 * ROW + kk * 32, 16, ATOM) : desc(a + (r0 / 64) * PANEL + kk * 16 * ROW, PANEL, ATOM);
+}
+__device__ __forceinline__ uint64_t desc_b(uint32_t b, int kk) {
+  return B_KMAJOR ? desc(b + kk * 32, 16, ATOM) : desc(b + kk * 16 * ROW, PANEL, ATOM);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving accumulator accesses across an asynchronous wgmma.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+$wgmma_fn$
+__global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                                                         TC* __restrict__ C$EPPARAMS$) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int b = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == CONSUMERS) {  // producer
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (tid != 0) return;
+    const int ba = A_BATCHED ? b : 0, bb = B_BATCHED ? b : 0;
+    for (int kt = 0; kt < KTILES; ++kt) {
+      const int s = kt % STAGES;
+      if (kt >= STAGES) mbar_wait(empty + 8 * s, ((kt / STAGES) - 1) & 1);
+      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
+      mbar_expect_tx(bar, STAGE_BYTES);
+      const int k0 = kt * BK;
+      if (A_KMAJOR) {
+        tma_load(as, &tmA, bar, k0, m0, ba);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, m0 + 64 * j, k0, ba);
+      }
+      if (B_KMAJOR) {
+        tma_load(bs, &tmB, bar, k0, n0, bb);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, n0 + 64 * j, k0, bb);
+      }
+    }
+    return;
+  }
+
+  if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  float acc[M_ITERS][BN / 2];
+#pragma unroll
+  for (int mi = 0; mi < M_ITERS; ++mi) {
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
+    fence_regs(acc[mi]);
+  }
+  for (int kt = 0; kt < KTILES; ++kt) {
+    const int s = kt % STAGES;
+    mbar_wait(full + 8 * s, (kt / STAGES) & 1);
+    const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+      for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, wg * WG_M + mi * 64, kk), desc_b(bs, kk));
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous stage's wgmmas are done: hand it back to the producer
+    if (kt > 0 && tid == 0) mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
+
+  // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
+  // columns 8j + 2 (lane % 4) (+1).
+  const int warp = tid / 32, lane = tid % 32;
+  TC* const Cb = C + offC + int64_t(b) * sCb;
+#pragma unroll
+  for (int mi = 0; mi < M_ITERS; ++mi)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        const int64_t m = m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * (v / 2);
+        const int64_t n = n0 + j * 8 + 2 * (lane % 4) + (v % 2);
+        if (m < kM && n < kN) kf_store(Cb + m * sCm + n * sCn, kf_epilogue(acc[mi][j * 4 + v], b, m, n$EPARGS$));
+      }
+}
+
+// cuTensorMapEncodeTiled, from the driver through the runtime (no -lcuda at link time).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encoder() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+                    q == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// A 3-d map over (contiguous dimension, the other one, batch), in elements, read box0 x box1 at a time.
+cudaError_t make_map(CUtensorMap* map, const T* base, uint64_t inner, uint64_t outer, uint64_t batch, uint64_t s_outer,
+                     uint64_t s_batch, uint32_t box0, uint32_t box1) {
+  const EncodeTiled encode = encoder();
+  if (!encode) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {inner, outer, batch};
+  const cuuint64_t strides[2] = {s_outer * sizeof(T), s_batch * sizeof(T)};
+  const cuuint32_t box[3] = {box0, box1, 1}, unit[3] = {1, 1, 1};
+  const CUresult r = encode(map, $tma_dtype$, 3, const_cast<T*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t launch(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream) {
+  CUtensorMap ma, mb;
+  cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
+  if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN : 64);
+  if (e != cudaSuccess) return e;
+  static bool configured = false;  // the attribute is per kernel; set once per process
+  if (!configured) {
+    e = cudaFuncSetAttribute(gemm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  const dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
+  gemm_wgmma<<<grid, THREADS, SMEM_BYTES, stream>>>(ma, mb, C$EPARGS$);
+  return cudaGetLastError();
+}
+}  // namespace wg
+)";
+
+constexpr const char* kWgmmaEntry = R"(
+}  // namespace
+
+extern "C" $DECL$ {
+  if (workspace_size) { *workspace_size = 0; return 0; }
+  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
+$NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time);
+  // a view that starts mid-vector runs on the mma_sync kernel instead.
+  const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0;
+  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$$EPARGS$, stream) : tc::run($A$, $B$, $C$$EPARGS$, stream);
   return e == cudaSuccess ? 0 : 3;
 }
 )";
+
+// The wgmma call for one m64n<bn>k16 tile: bn/2 float accumulators per thread, both
+// operands from shared-memory descriptors, transposed where the tile is M- or N-major.
+std::string wgmma_function(int bn, const std::string& type, bool a_kmajor, bool b_kmajor) {
+  const int regs = bn / 2;
+  std::ostringstream o;
+  o << "__device__ __forceinline__ void wgmma(float (&d)[BN / 2], uint64_t a, uint64_t b) {\n"
+    << "  asm volatile(\n      \"{\\n.reg .pred p;\\nsetp.ne.b32 p, %" << regs + 2 << ", 0;\\n\"\n"
+    << "      \"wgmma.mma_async.sync.aligned.m64n" << bn << "k16.f32." << type << "." << type << " {\"\n      \"";
+  for (int i = 0; i < regs; ++i) o << "%" << i << (i + 1 < regs ? (i % 16 == 15 ? ", \"\n      \"" : ", ") : "");
+  o << "}, %" << regs << ", %" << regs + 1 << ", p, 1, 1, " << (a_kmajor ? 0 : 1) << ", " << (b_kmajor ? 0 : 1) << ";\\n}\\n\"\n      : ";
+  for (int i = 0; i < regs; ++i) o << "\"+f\"(d[" << i << "])" << (i + 1 < regs ? (i % 8 == 7 ? ",\n        " : ", ") : "");
+  o << "\n      : \"l\"(a), \"l\"(b), \"r\"(1));\n}\n";
+  return o.str();
+}
 
 constexpr const char* kSimtKernel = R"(
 constexpr int BM = $bm$, BN = $bn$, BK = $bk$, THREADS = $warps$ * 32;
@@ -288,11 +522,33 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   s.set("a_mmajor", b(l.a_mmajor)).set("b_kmajor", b(l.b_kmajor)).set("a_vec", b(l.a_vec)).set("b_vec", b(l.b_vec));
   s.set("a_kfast", b(p.sAk == 1)).set("b_kfast", b(p.sBk == 1 && p.sBn != 1));
-  s.set("mma_type", p.ab == Dtype::kBFloat16 ? "bf16" : "f16");
+  const std::string mma_type = p.ab == Dtype::kBFloat16 ? "bf16" : "f16";
+  s.set("mma_type", mma_type);
+  const bool wgmma = p.ab != Dtype::kFloat32 && cuda_mma(q) == CudaMma::kWgmma;
   std::ostringstream src;
-  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s)
+  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n" : "") << "\nnamespace {\n" << problem_constants(s)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
-      << ep.function << s.apply(p.ab == Dtype::kFloat32 ? kSimtKernel : kTensorCoreKernel);
+      << ep.function;
+  if (p.ab == Dtype::kFloat32) {
+    src << s.apply(kSimtKernel);
+  } else if (!wgmma) {
+    src << s.apply(kTensorCoreKernel) << s.apply(kTensorCoreEntry);
+  } else {
+    // The mma_sync kernel, at a tiling valid on every sm_80+ part, serves misaligned views.
+    Subst fallback = s;
+    fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
+    const auto ta = tma_operand(p, 0), tb = tma_operand(p, 1);  // present: check() required both
+    const int warps = q["warps"].get<int>();
+    s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
+    s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
+    for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {
+      s.set(std::string(prefix) + "inner", t.inner).set(std::string(prefix) + "outer", t.outer).set(std::string(prefix) + "batch", t.batch);
+      s.set(std::string(prefix) + "outer_stride", t.outer_stride).set(std::string(prefix) + "batch_stride", t.batch_stride);
+    }
+    s.set("tma_dtype", p.ab == Dtype::kBFloat16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16");
+    s.set("wgmma_fn", wgmma_function(q["block_n"].get<int>(), mma_type, ta->kmajor, tb->kmajor));
+    src << fallback.apply(kTensorCoreKernel) << s.apply(kWgmmaKernel) << s.apply(kWgmmaEntry);
+  }
   return src.str();
 }
 

@@ -120,24 +120,54 @@ def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, pa
     return ok, float(err.max()), k.j
 
 
-def run_case_shared_b(url, workdir, dtype):
-    """A [3,40,70] strided view at storage offset 5, B [70,56] shared by every batch.
-
-    torch's data_ptr() already points at the view's first element, so the TensorMeta
-    offset (added by the kernel to the pointer it receives) is 0 here."""
-    store = torch.randn(5 + 3 * 40 * 72, device="cuda").to(DT[dtype])
-    A = store[5:].view(3, 40, 72)[:, :, :70]
-    B = torch.randn(70, 56, device="cuda").to(DT[dtype])
-    C = torch.empty(3, 40, 56, device="cuda", dtype=DT[dtype])
-    body = {"backend": "cuda", "arch": "sm_90", "template": "gemm",
+def run_views(url, workdir, dtype, A, B, arch, params=None):
+    """Runs the kernel on A and B as the views they are (strides, storage offsets, base
+    alignment) and compares with float64. torch's data_ptr() already points at a view's
+    first element, so the TensorMeta offset (added by the kernel to the pointer it
+    receives) is 0 here."""
+    C = torch.empty(*A.shape[:-1], B.shape[-1], device="cuda", dtype=DT[dtype])
+    body = {"backend": "cuda", "arch": arch, "template": "gemm",
             "inputs": [meta("A", A), meta("B", B)], "output": meta("C", C)}
+    if params: body["params"] = params
     k = Kernel(url, body, workdir)
     k({"A": A, "B": B, "C": C})
     torch.cuda.synchronize()
     ref = A.double() @ B.double()
     rtol, atol = TOL[dtype]
     err = (C.double() - ref).abs()
-    return bool((err <= atol * math.sqrt(70) + rtol * ref.abs()).all()), float(err.max()), k.j
+    return bool((err <= atol * math.sqrt(A.shape[-1]) + rtol * ref.abs()).all()), float(err.max()), k.j
+
+
+def run_case_shared_b(url, workdir, dtype):
+    """A [3,40,70] strided view at storage offset 5, B [70,56] shared by every batch."""
+    store = torch.randn(5 + 3 * 40 * 72, device="cuda").to(DT[dtype])
+    A = store[5:].view(3, 40, 72)[:, :, :70]
+    B = torch.randn(70, 56, device="cuda").to(DT[dtype])
+    return run_views(url, workdir, dtype, A, B, "sm_90")
+
+
+def run_case_misaligned(url, workdir, dtype, params):
+    """A starts 2 bytes past a 16-byte boundary (a view at element 1 of its storage): TMA
+    cannot load it, so the sm_90a kernel must take its mma_sync path and still be right."""
+    M, N, K = 136, 200, 264
+    store = torch.randn(1 + M * K, device="cuda").to(DT[dtype])
+    A = store[1:].view(M, K)
+    B = torch.randn(K, N, device="cuda").to(DT[dtype])
+    return run_views(url, workdir, dtype, A, B, "sm_90a", params)
+
+
+def sass_has_hgmma(url, workdir):
+    """The sm_90a default kernel's machine code issues HGMMA (cuobjdump on the GPU host)."""
+    A = torch.randn(256, 256, device="cuda").half()
+    body = {"backend": "cuda", "arch": "sm_90a", "template": "gemm",
+            "inputs": [meta("A", A), meta("B", A)], "output": meta("C", A)}
+    k = Kernel(url, body, workdir)
+    path = os.path.join(workdir, "hgmma.so")
+    with open(path, "wb") as f:
+        f.write(urllib.request.urlopen(url + k.j["artifact"]["url"]).read())
+    sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
+    n = sass.count("HGMMA")
+    return n > 0, float(n), k.j
 
 
 def bench(fn, iters=None, budget_ms=300):
@@ -162,6 +192,7 @@ def main():
     ap.add_argument("--kforge", required=True)
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only-wgmma", action="store_true", help="only the sm_90a wgmma cases")
     args = ap.parse_args()
     torch.manual_seed(0)
     work = tempfile.mkdtemp(prefix="kforge-gpu-")
@@ -225,6 +256,35 @@ def main():
                        {"block_m": 64, "block_n": 128, "block_k": 16, "warps": 2, "stages": 1}):
             report(f"float16 params {params}", run_case, url=url, workdir=work, dtype="float16", M=333, N=517, K=259,
                    ta=False, tb=False, params=params)
+
+        # Hopper: the warp-specialized TMA + wgmma kernel (sm_90a), every layout, ragged edges
+        # in M, N and K, each default tiling, epilogues, batches and the misaligned fallback.
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                for M, N, K in ((200, 264, 136), (8, 8, 8), (1024, 1024, 1024)):
+                    report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} {M}x{N}x{K}", run_case, url=url, workdir=work, dtype=dtype,
+                           M=M, N=N, K=K, ta=ta, tb=tb, arch="sm_90a")
+            bias = torch.randn(264, device="cuda", dtype=torch.float32)
+            res = torch.randn(200, 264, device="cuda", dtype=DT[dtype])
+            report(f"wgmma {dtype} chain add+gelu+mul", run_case, url=url, workdir=work, dtype=dtype, M=200, N=264, K=136,
+                   ta=True, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}],
+                   extra=[("bias", bias), ("res", res)], arch="sm_90a")
+            report(f"wgmma {dtype} batched 4x 96x80x72", run_case, url=url, workdir=work, dtype=dtype, M=96, N=80, K=72,
+                   ta=False, tb=True, batch=4, arch="sm_90a")
+            report(f"wgmma {dtype} misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype, params=None)
+        tmpl_choices = []
+        for bm, bn, w, st in ((128, 256, 12, 4), (128, 256, 12, 3), (256, 128, 12, 4), (128, 128, 12, 6), (128, 128, 8, 6),
+                              (64, 256, 8, 5), (64, 128, 8, 8), (128, 64, 12, 8)):
+            tmpl_choices.append({"block_m": bm, "block_n": bn, "block_k": 64, "warps": w, "stages": st, "mma": "wgmma"})
+        for params in tmpl_choices:
+            for layout in (0, 3):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                report(f"wgmma float16 {'NT'[ta]}{'NT'[tb]} 520x392x200 {params}", run_case, url=url, workdir=work, dtype="float16",
+                       M=520, N=392, K=200, ta=ta, tb=tb, params=params, arch="sm_90a")
+        report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
+        if args.only_wgmma:
+            cases[:] = [c for c in cases if c[0].startswith("wgmma")]
 
         # The cases compile concurrently (the service runs one nvcc per request thread).
         with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:

@@ -503,6 +503,97 @@ TEST_F(Gemm, CudaCasesCompileAndSm90Float16UsesTensorCores) {
   }
 }
 
+TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
+  if (!get(*server_, "/toolchains").body["cuda"].value("available", false)) {
+    if (const char* req = std::getenv("KFORGE_REQUIRE_BACKENDS"); req && std::string(req).find("cuda") != std::string::npos) FAIL() << "cuda required";
+    GTEST_SKIP() << "no nvcc";
+  }
+  // Both 16-bit types in every layout, ragged against the tiles in M, N and K, with an
+  // epilogue: sm_90a without params is the wgmma kernel, and it compiles without spills.
+  for (const char* dt : {"float16", "bfloat16"}) {
+    for (int layout : {0, 1, 2, 3}) {
+      SCOPED_TRACE(std::string(dt) + " layout " + std::to_string(layout));
+      json req = gemm(dt, 200, 264, 136, layout / 2, layout % 2);
+      req["backend"] = "cuda";
+      req["template"] = "gemm";
+      req["arch"] = "sm_90a";
+      req["inputs"].push_back(tensor("bias", "float32", {264}));
+      req["epilogue"] = {{{"op", "add"}, {"input", 2}}, {{"op", "silu"}}};
+      auto r = post_json(*server_, "/kernels", req.dump());
+      ASSERT_EQ(r.status, 200) << r.raw.substr(0, 3000);
+      EXPECT_EQ(r.body["template"]["params"]["mma"], "wgmma");
+      EXPECT_EQ(r.body["template"]["params"]["block_k"], 64);
+      bool saw_wgmma_kernel = false;
+      for (const auto& res : r.body["compile"]["resources"]) {
+        EXPECT_EQ(res["arch"], "sm_90a");
+        EXPECT_EQ(res["spill_stores"], 0) << res.dump();
+        if (res["function"].get<std::string>().find("gemm_wgmma") != std::string::npos) saw_wgmma_kernel = true;
+      }
+      EXPECT_TRUE(saw_wgmma_kernel) << r.body["compile"]["resources"].dump();
+    }
+  }
+  // The PTX holds the Hopper instructions: the m64n256k16 wgmma and the TMA tile copy.
+  json req = gemm("float16", 512, 512, 512, false, false);
+  req["backend"] = "cuda";
+  req["template"] = "gemm";
+  req["arch"] = "sm_90a";
+  auto rr = post_json(*server_, "/render", req.dump());
+  ASSERT_EQ(rr.status, 200) << rr.raw.substr(0, 2000);
+  fs::path cu = scratch_->path() / "wg.cu", ptx = scratch_->path() / "wg.ptx";
+  ASSERT_TRUE(core::write_file(cu, rr.body["source"].get<std::string>()));
+  fs::path nvcc = core::find_program("nvcc", "/usr/local/cuda/bin");
+  core::ProcessSpec spec{.argv = {nvcc.string(), "-std=c++17", "-ptx", "-gencode", "arch=compute_90a,code=compute_90a", "-o", ptx.string(), cu.string()},
+                         .cwd = scratch_->path(), .env = {"PATH=/usr/local/cuda/bin:/usr/bin:/bin", "HOME=" + scratch_->path().string()}};
+  auto out = core::run_process(spec);
+  ASSERT_TRUE(out && out->ok()) << (out ? out->output : "");
+  const std::string text = core::read_file(ptx).value();
+  EXPECT_NE(text.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"), std::string::npos);
+  EXPECT_NE(text.find("cp.async.bulk.tensor.3d"), std::string::npos);
+  EXPECT_NE(text.find("setmaxnreg"), std::string::npos);
+
+  // What the kernel cannot do is a 400 naming the field.
+  auto bad = [&](json body, const std::string& field, const std::string& says) {
+    auto r = post_json(*server_, "/render", body.dump());
+    EXPECT_EQ(r.status, 400) << body.dump();
+    bool named = false;
+    for (const auto& e : r.body["errors"]) {
+      if (e["field"] == field && e["message"].get<std::string>().find(says) != std::string::npos) named = true;
+    }
+    EXPECT_TRUE(named) << field << " / " << says << " not in " << r.raw;
+  };
+  json wg = req;
+  wg["params"] = {{"mma", "wgmma"}};  // the rest of the tiling defaults to the wgmma one
+  EXPECT_EQ(post_json(*server_, "/render", wg.dump()).status, 200);
+  json plain_hopper = wg;
+  plain_hopper["arch"] = "sm_90";
+  bad(plain_hopper, "/arch", "sm_90a");
+  struct ParamCase {
+    const char* param;
+    int value;
+    const char* field;
+    const char* says;
+  };
+  for (const ParamCase& c : {ParamCase{"block_k", 32, "/params/block_k", "must be 64"}, ParamCase{"warps", 4, "/params/warps", "8 or 12"},
+                             ParamCase{"warps", 8, "/params/block_n", "accumulators per thread"},
+                             ParamCase{"stages", 6, "/params/stages", "shared memory"}}) {
+    json b = wg;
+    b["params"][c.param] = c.value;
+    bad(b, c.field, c.says);
+  }
+  json f32 = wg;
+  f32["inputs"][0]["dtype"] = f32["inputs"][1]["dtype"] = f32["output"]["dtype"] = "float32";
+  bad(f32, "/params/mma", "float16 or bfloat16");
+  json unaligned = wg;
+  unaligned["inputs"][0] = tensor("A", "float16", {512, 512}, {1, 516});  // column-major, leading dimension 516
+  bad(unaligned, "/inputs/0/strides", "multiple of 8");
+  // Without params, a layout TMA cannot load falls back to the mma_sync kernel by itself.
+  json fallback = req;
+  fallback["inputs"][0] = tensor("A", "float16", {512, 512}, {1, 516});
+  auto fb = post_json(*server_, "/kernels", fallback.dump());
+  ASSERT_EQ(fb.status, 200) << fb.raw.substr(0, 2000);
+  EXPECT_EQ(fb.body["template"]["params"]["mma"], "mma_sync");
+}
+
 TEST_F(Gemm, RocmCasesCompileAndGfx90aFloat16UsesMfma) {
   if (!get(*server_, "/toolchains").body["rocm"].value("available", false)) {
     if (const char* req = std::getenv("KFORGE_REQUIRE_BACKENDS"); req && std::string(req).find("rocm") != std::string::npos) FAIL() << "rocm required";

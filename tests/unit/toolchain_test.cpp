@@ -42,6 +42,14 @@ TEST(Toolchain, ResolvesNativeAndChecksArchs) {
   EXPECT_NE(no_native.error().message.find("no device here"), std::string::npos);
 }
 
+TEST(Toolchain, CudaNativeIsTheArchSpecificTargetWhereThereIsOne) {
+  const std::vector<std::string> archs = {"sm_80", "sm_86", "sm_90", "sm_90a", "sm_100", "sm_100a"};
+  EXPECT_EQ(cuda_native_arch("9.0", archs), "sm_90a");
+  EXPECT_EQ(cuda_native_arch("10.0", archs), "sm_100a");
+  EXPECT_EQ(cuda_native_arch("8.6", archs), "sm_86");
+  EXPECT_EQ(cuda_native_arch("9.0", {"sm_80", "sm_90"}), "sm_90");  // an nvcc without sm_90a
+}
+
 TEST(Toolchain, RocmTargetIdFeatures) {
   auto rocm = fake(Backend::kRocm, {"gfx90a", "gfx1030"}, std::nullopt);
   EXPECT_TRUE(rocm.resolve_archs({"gfx90a:xnack-", "gfx1030"}, "/arch"));
