@@ -271,9 +271,10 @@ std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::st
   t.batch_stride = t.batch == 1 ? round_up(t.outer_stride * t.outer) : s_b;
   if (t.batch_stride % kVec != 0) return fail("its batch stride " + std::to_string(s_b) + " is not a multiple of 8 elements (16 bytes)");
   if (off % kVec != 0) return fail("its offset " + std::to_string(off) + " is not a multiple of 8 elements (16 bytes)");
-  constexpr int64_t kMaxStrideBytes = int64_t(1) << 40, kMaxDim = int64_t(1) << 32;
+  // TMA coordinates are 32-bit signed, and a tile may start 256 past the last row.
+  constexpr int64_t kMaxStrideBytes = int64_t(1) << 40, kMaxDim = (int64_t(1) << 31) - 256;
   if (t.batch_stride * 2 >= kMaxStrideBytes || t.outer_stride * 2 >= kMaxStrideBytes) return fail("a stride is 2^40 bytes or more");
-  if (t.inner > kMaxDim || t.outer > kMaxDim || t.batch > kMaxDim) return fail("a dimension exceeds 2^32");
+  if (t.inner > kMaxDim || t.outer > kMaxDim || t.batch > kMaxDim) return fail("a dimension exceeds 2^31 - 256 (TMA coordinates are 32-bit)");
   return t;
 }
 

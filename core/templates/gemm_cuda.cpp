@@ -219,12 +219,12 @@ $NULLCHECKS$  return tc::run($A$, $B$, $C$$EPARGS$, stream) == cudaSuccess ? 0 :
 }
 )";
 
-// The Hopper kernel (sm_90a). One producer warpgroup, whose first thread issues TMA loads,
-// and CONSUMERS warpgroups that each own WG_M rows of the BM x BN block and issue
-// wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring of stages handed over
-// with mbarriers (full: the TMA bytes landed; empty: every consumer's wgmmas that read the
-// stage have completed). TMA zero-fills what lies past an edge, so ragged M, N and K need no
-// special case; the epilogue guards its stores.
+// The Hopper kernel (sm_90a), persistent over output tiles. One producer warpgroup, whose
+// first thread issues TMA loads, and CONSUMERS warpgroups that each own WG_M rows of the
+// BM x BN tile and issue wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring
+// of stages handed over with mbarriers (full: the TMA bytes landed; empty: every consumer's
+// wgmmas that read the stage have completed). TMA zero-fills what lies past an edge, so
+// ragged M, N and K need no special case; the epilogue guards its stores.
 constexpr const char* kWgmmaKernel = R"(
 namespace wg {
 constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$;
@@ -233,6 +233,11 @@ constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
+constexpr int64_t TILES_M = (kM + BM - 1) / BM, TILES_N = (kN + BN - 1) / BN, TILES = TILES_M * TILES_N * kBatch;
+constexpr int64_t GROUP_M = 8;
+// Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
+// (the base pointer is checked at run time).
+constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
 // Tiles are stored in 128-byte-swizzled atoms of 8 rows x 128 bytes, as TMA's SWIZZLE_128B
 // writes them and wgmma's descriptors read them: a K-major tile as [rows][64], an M- or
 // N-major tile as [rows / 64 panels][64 (K)][64].
@@ -286,13 +291,41 @@ __device__ __forceinline__ void fence_regs(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 $wgmma_fn$
+// Output tiles in a grouped order (GROUP_M tile rows at a time, column by column), so the
+// blocks resident together share A and B panels in L2.
+struct Tile {
+  int b, m0, n0;
+};
+__device__ __forceinline__ Tile tile_at(int64_t t) {
+  constexpr int64_t PER_BATCH = TILES_M * TILES_N, GROUP = GROUP_M * TILES_N;
+  const int b = int(t / PER_BATCH);
+  const int64_t r = t % PER_BATCH, first = r / GROUP * GROUP_M;
+  const int64_t rows = TILES_M - first < GROUP_M ? TILES_M - first : GROUP_M;
+  const int64_t tm = first + (r % GROUP) % rows, tn = (r % GROUP) / rows;
+  return {b, int(tm * BM), int(tn * BN)};
+}
+
+// Two adjacent outputs, rounded as kf_store rounds each.
+__device__ __forceinline__ void store_pair(TC* p, float x, float y) {
+  if constexpr (std::is_same<TC, half>::value) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+  } else if constexpr (std::is_same<TC, __nv_bfloat16>::value) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+  } else {
+    kf_store(p, x);
+    kf_store(p + 1, y);
+  }
+}
+
+// Persistent: each block walks tiles blockIdx.x, + gridDim.x, ...; the producer runs ahead
+// into the next tile while the consumers store this one. `it` counts K slices across tiles,
+// so stage and phase carry over.
 __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                                                          TC* __restrict__ C$EPPARAMS$) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-  const int b = blockIdx.z, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
@@ -305,69 +338,88 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   if (wg == CONSUMERS) {  // producer
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (tid != 0) return;
-    const int ba = A_BATCHED ? b : 0, bb = B_BATCHED ? b : 0;
-    for (int kt = 0; kt < KTILES; ++kt) {
-      const int s = kt % STAGES;
-      if (kt >= STAGES) mbar_wait(empty + 8 * s, ((kt / STAGES) - 1) & 1);
-      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
-      mbar_expect_tx(bar, STAGE_BYTES);
-      const int k0 = kt * BK;
-      if (A_KMAJOR) {
-        tma_load(as, &tmA, bar, k0, m0, ba);
-      } else {
+    int64_t it = 0;
+    for (int64_t t = blockIdx.x; t < TILES; t += gridDim.x) {
+      const Tile tile = tile_at(t);
+      const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
+      for (int kt = 0; kt < KTILES; ++kt, ++it) {
+        const int s = int(it % STAGES);
+        if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
+        const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
+        mbar_expect_tx(bar, STAGE_BYTES);
+        const int k0 = kt * BK;
+        if (A_KMAJOR) {
+          tma_load(as, &tmA, bar, k0, tile.m0, ba);
+        } else {
 #pragma unroll
-        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, m0 + 64 * j, k0, ba);
-      }
-      if (B_KMAJOR) {
-        tma_load(bs, &tmB, bar, k0, n0, bb);
-      } else {
+          for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba);
+        }
+        if (B_KMAJOR) {
+          tma_load(bs, &tmB, bar, k0, tile.n0, bb);
+        } else {
 #pragma unroll
-        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, n0 + 64 * j, k0, bb);
+          for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb);
+        }
       }
     }
     return;
   }
 
   if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-  float acc[M_ITERS][BN / 2];
-#pragma unroll
-  for (int mi = 0; mi < M_ITERS; ++mi) {
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
-    fence_regs(acc[mi]);
-  }
-  for (int kt = 0; kt < KTILES; ++kt) {
-    const int s = kt % STAGES;
-    mbar_wait(full + 8 * s, (kt / STAGES) & 1);
-    const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-#pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, wg * WG_M + mi * 64, kk), desc_b(bs, kk));
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // the previous stage's wgmmas are done: hand it back to the producer
-    if (kt > 0 && tid == 0) mbar_arrive(empty + 8 * ((kt - 1) % STAGES));
-  }
-  wgmma_wait<0>();
-#pragma unroll
-  for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
-
   // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
   // columns 8j + 2 (lane % 4) (+1).
   const int warp = tid / 32, lane = tid % 32;
-  TC* const Cb = C + offC + int64_t(b) * sCb;
+  const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
+  float acc[M_ITERS][BN / 2];
+  int64_t it = 0;
+  for (int64_t t = blockIdx.x; t < TILES; t += gridDim.x) {
+    const Tile tile = tile_at(t);
 #pragma unroll
-  for (int mi = 0; mi < M_ITERS; ++mi)
+    for (int mi = 0; mi < M_ITERS; ++mi) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
+      for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
+      fence_regs(acc[mi]);
+    }
+    for (int kt = 0; kt < KTILES; ++kt, ++it) {
+      const int s = int(it % STAGES);
+      mbar_wait(full + 8 * s, uint32_t(it / STAGES) & 1);
+      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
+      wgmma_fence();
 #pragma unroll
-      for (int v = 0; v < 4; ++v) {
-        const int64_t m = m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * (v / 2);
-        const int64_t n = n0 + j * 8 + 2 * (lane % 4) + (v % 2);
-        if (m < kM && n < kN) kf_store(Cb + m * sCm + n * sCn, kf_epilogue(acc[mi][j * 4 + v], b, m, n$EPARGS$));
+      for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+        for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, wg * WG_M + mi * 64, kk), desc_b(bs, kk));
       }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
+      if (kt > 0 && tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));
+    }
+    wgmma_wait<0>();
+    if (tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
+#pragma unroll
+    for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
+
+    const int b = tile.b;
+    TC* const Cb = C + offC + int64_t(b) * sCb;
+#pragma unroll
+    for (int mi = 0; mi < M_ITERS; ++mi)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
+          const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
+          if (m >= kM) continue;
+          const float v0 = acc[mi][j * 4 + 2 * h], v1 = acc[mi][j * 4 + 2 * h + 1];
+          TC* const p = Cb + m * sCm + n * sCn;
+          if (pairs && n + 1 < kN) {
+            store_pair(p, kf_epilogue(v0, b, m, n$EPARGS$), kf_epilogue(v1, b, m, n + 1$EPARGS$));
+          } else {
+            if (n < kN) kf_store(p, kf_epilogue(v0, b, m, n$EPARGS$));
+            if (n + 1 < kN) kf_store(p + sCn, kf_epilogue(v1, b, m, n + 1$EPARGS$));
+          }
+        }
+  }
 }
 
 // cuTensorMapEncodeTiled, from the driver through the runtime (no -lcuda at link time).
@@ -409,8 +461,10 @@ cudaError_t launch(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream)
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  const dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
-  gemm_wgmma<<<grid, THREADS, SMEM_BYTES, stream>>>(ma, mb, C$EPARGS$);
+  int device = 0, sms = 0;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
+  const unsigned blocks = unsigned(TILES < sms ? TILES : sms);  // one resident block per SM
+  gemm_wgmma<<<blocks, THREADS, SMEM_BYTES, stream>>>(ma, mb, C$EPARGS$);
   return cudaGetLastError();
 }
 }  // namespace wg
@@ -526,7 +580,7 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
   s.set("mma_type", mma_type);
   const bool wgmma = p.ab != Dtype::kFloat32 && cuda_mma(q) == CudaMma::kWgmma;
   std::ostringstream src;
-  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n" : "") << "\nnamespace {\n" << problem_constants(s)
+  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
       << ep.function;
   if (p.ab == Dtype::kFloat32) {
