@@ -31,8 +31,6 @@ struct Problems {
   }
 };
 
-bool has_mfma(const std::string& arch) { return arch.starts_with("gfx90a") || arch.starts_with("gfx908") || arch.starts_with("gfx94"); }
-
 int64_t rocm_lds_limit(const std::string&) { return 64 * 1024; }
 
 void check_shapes(const TemplateSpec& s, Problems& p) {
