@@ -542,8 +542,10 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   fs::path cu = scratch_->path() / "wg.cu", ptx = scratch_->path() / "wg.ptx";
   ASSERT_TRUE(core::write_file(cu, rr.body["source"].get<std::string>()));
   fs::path nvcc = core::find_program("nvcc", "/usr/local/cuda/bin");
-  core::ProcessSpec spec{.argv = {nvcc.string(), "-std=c++17", "-ptx", "-gencode", "arch=compute_90a,code=compute_90a", "-o", ptx.string(), cu.string()},
-                         .cwd = scratch_->path(), .env = {"PATH=/usr/local/cuda/bin:/usr/bin:/bin", "HOME=" + scratch_->path().string()}};
+  core::ProcessSpec spec;
+  spec.argv = {nvcc.string(), "-std=c++17", "-ptx", "-gencode", "arch=compute_90a,code=compute_90a", "-o", ptx.string(), cu.string()};
+  spec.cwd = scratch_->path();
+  spec.env = {"PATH=/usr/local/cuda/bin:/usr/bin:/bin", "HOME=" + scratch_->path().string()};
   auto out = core::run_process(spec);
   ASSERT_TRUE(out && out->ok()) << (out ? out->output : "");
   const std::string text = core::read_file(ptx).value();
