@@ -578,7 +578,7 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
   s.set("a_kfast", b(p.sAk == 1)).set("b_kfast", b(p.sBk == 1 && p.sBn != 1));
   const std::string mma_type = p.ab == Dtype::kBFloat16 ? "bf16" : "f16";
   s.set("mma_type", mma_type);
-  const bool wgmma = p.ab != Dtype::kFloat32 && cuda_mma(q) == CudaMma::kWgmma;
+  const bool wgmma = cuda_mma(q) == CudaMma::kWgmma;  // check() allows it for 16-bit types only
   std::ostringstream src;
   src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
