@@ -62,7 +62,8 @@ core::JobQueue::Work Server::build_work(core::BuildPlan plan, nlohmann::json ben
     if (!benchmark.is_null()) {
       job.set_state(core::JobState::kBenchmarking);
       const auto t0 = Clock::now();
-      const auto opts = core::BenchOptions::from_json(benchmark);
+      auto opts = core::BenchOptions::from_json(benchmark);
+      if (plan.prepared.req.backend == core::Backend::kCpu) opts.runner_env = core::vendor_env(plan.prepared.cpu);
       std::optional<nlohmann::json> reference;
       const core::KernelRequest& req = plan.prepared.req;
       if (opts.verify && req.tmpl && svc_.bencher.available(req.backend)) {
@@ -334,10 +335,14 @@ void Server::kernel_routes() {
   auto describe = [this](const core::templates::Template& t) {
     nlohmann::json backends = nlohmann::json::object();
     for (core::Backend b : core::kAllBackends) {
-      nlohmann::json d = t.describe(b);
+      // Defaults and choices for this host's `native` target.
       const auto& tc = svc_.toolchains.get(b);
       core::templates::TemplateRequest probe{
-          b, tc.native ? std::vector<std::string>{*tc.native} : std::vector<std::string>{}, {}};
+          b, tc.native ? std::vector<std::string>{*tc.native} : std::vector<std::string>{}, {}, {}};
+      if (b == core::Backend::kCpu && tc.native) {
+        if (auto isa = tc.cpu_isa(*tc.native)) probe.cpu = *isa;
+      }
+      nlohmann::json d = t.describe(probe);
       d["default_choices"] = t.default_choices(probe);
       d["default_choices_for_arch"] =
           tc.native ? nlohmann::json(*tc.native) : nlohmann::json(nullptr);

@@ -42,11 +42,12 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   base.tmpl->params = json::object();
   auto prepared = builder_.prepare(base);  // validates everything but the parameters
   if (!prepared) return std::unexpected(prepared.error());
+  if (auto r = prepared->check_runnable(); !r) return std::unexpected(r.error());
   const auto* tmpl = templates::Registry::builtin().find(base.tmpl->name);
 
   json choices = choices_in;
   if (choices.is_string() && choices == "default") {
-    templates::TemplateRequest treq{base.backend, prepared->archs, *prepared->req.tmpl};
+    const templates::TemplateRequest treq = prepared->template_request();
     choices = json::array();
     for (auto& c : tmpl->default_choices(treq)) choices.push_back(c);
   }
@@ -55,7 +56,8 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   for (size_t i = 0; i < choices.size(); ++i) {
     if (!choices[i].is_object()) return fail_field("/choices/" + std::to_string(i), "a choice is an object of parameters");
   }
-  const BenchOptions opts = BenchOptions::from_json(base.benchmark.is_null() ? json::object() : base.benchmark);
+  BenchOptions opts = BenchOptions::from_json(base.benchmark.is_null() ? json::object() : base.benchmark);
+  if (base.backend == Backend::kCpu) opts.runner_env = vendor_env(prepared->cpu);
   const json device = bencher_.devices()[std::string(backend_name(base.backend))];
 
   // The autotune key: the request without its parameters, the choices, the device.

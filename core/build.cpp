@@ -81,6 +81,14 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
   auto archs = tc.resolve_archs(req.archs, "/arch");
   if (!archs) return std::unexpected(archs.error());
   p.archs = std::move(*archs);
+  if (req.backend == Backend::kCpu && tc.isa_cache) {
+    auto isa = tc.cpu_isa(p.archs.front());
+    if (!isa) return std::unexpected(isa.error());
+    p.cpu = std::move(*isa);
+  }
+  if (!req.benchmark.is_null()) {
+    if (auto r = p.check_runnable(); !r) return std::unexpected(r.error());
+  }
   if (req.tmpl) {
     const templates::Template* t = templates::Registry::builtin().find(req.tmpl->name);
     if (!t) {
@@ -90,7 +98,7 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
       return fail_field("/template",
                         "unknown template `" + req.tmpl->name + "` (known: " + known + ")");
     }
-    templates::TemplateRequest treq{req.backend, p.archs, *req.tmpl};
+    templates::TemplateRequest treq = p.template_request();
     if (auto r = t->check(treq); !r) return std::unexpected(r.error());
     p.req.tmpl =
         std::move(treq.spec);  // parameters now complete: {} and the defaults are one request
@@ -102,11 +110,18 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
   return p;
 }
 
+Result<void> PreparedRequest::check_runnable() const {
+  if (req.backend != Backend::kCpu || !toolchain) return {};
+  if (auto why = toolchain->cpu_cannot_run(archs.front()); !why.empty())
+    return fail_field("/arch", why + "; compile it without `benchmark`, or benchmark it on a host that has them");
+  return {};
+}
+
 Result<RenderedKernel> Builder::render(const PreparedRequest& p) const {
   RenderedKernel k;
   if (p.req.tmpl) {
     const templates::Template* t = templates::Registry::builtin().find(p.req.tmpl->name);
-    auto r = t->render({p.req.backend, p.archs, *p.req.tmpl}, p.req.reference);
+    auto r = t->render(p.template_request(), p.req.reference);
     if (!r) return std::unexpected(r.error());
     k.source = std::move(r->source);
     k.abi = std::move(r->abi);

@@ -19,6 +19,7 @@
 #include "core/process.hpp"
 #include "core/request.hpp"
 #include "core/store.hpp"
+#include "core/templates/template.hpp"
 #include "core/toolchain.hpp"
 
 namespace kforge::core {
@@ -52,6 +53,13 @@ struct PreparedRequest {
   const Toolchain* toolchain = nullptr;
   std::vector<std::string> archs;
   std::string request_key;
+  CpuIsa cpu;  // cpu: what archs[0] offers (the template's machine model)
+
+  // What the template sees: the resolved archs, the spec, the cpu machine model.
+  templates::TemplateRequest template_request() const { return {req.backend, archs, *req.tmpl, cpu}; }
+  // Where the request asks for a benchmark: a kBadRequest naming /arch when a kernel for
+  // this target cannot run on this host (a cpu target with features the host lacks).
+  Result<void> check_runnable() const;
 };
 
 // The source to compile and everything derived from it.

@@ -281,7 +281,7 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
       c.add("/arch", "must be a string or a list of strings");
     }
     for (const auto& s : req.archs) {
-      if (s.empty() || s.size() > 64) c.add("/arch", "an arch name is 1 to 64 characters");
+      if (s.empty() || s.size() > 1024) c.add("/arch", "an arch is 1 to 1024 characters");
     }
   }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -13,6 +14,15 @@
 
 namespace kforge::core {
 namespace fs = std::filesystem;
+
+// The machine model of each cpu target asked for so far: one compiler run per target.
+struct CpuIsaCache {
+  explicit CpuIsaCache(Spawner s) : spawn(std::move(s)) {}
+  Spawner spawn;
+  std::mutex mu;
+  std::map<std::string, CpuIsa> by_target;
+};
+
 namespace {
 
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
@@ -86,13 +96,26 @@ Toolchain discover_cpu(const Spawner& spawn, const std::string& path) {
     }
   }
   if (tc.archs.empty()) tc.archs = {"x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"};
-  if (auto nat = probe(spawn, {tc.compiler.string(), "-march=native", "-Q", "--help=target"},
-                       tc.search_path)) {
-    std::smatch m;
-    static const std::regex kMarch(R"(\n\s+-march=\s+(\S+))");
-    if (std::regex_search(*nat, m, kMarch)) tc.native = m[1].str();
+  tc.isa_cache = std::make_shared<CpuIsaCache>(spawn);
+  // What -march=native turns into: the driver prints cc1's command line (-march=<name>, then
+  // every ISA feature switched on or off, then the cache sizes). The name alone is not the
+  // host: g++ 12 names a Zen 4 `znver3` and adds the AVX-512 features by hand.
+  auto expansion = probe(spawn, {tc.compiler.string(), "-march=native", "-###", "-E", "-x", "c++", "/dev/null"},
+                         tc.search_path);
+  const std::string march = expansion ? cpu_expansion_march(*expansion) : "";
+  if (march.empty()) {
+    tc.native_reason = tc.compiler.string() + " -march=native -### did not name a CPU";
+  } else {
+    (void)cpu_native_target(*expansion, {}, &tc.isa_features);
+    auto defaults = probe(spawn, {tc.compiler.string(), "-march=" + march, "-Q", "--help=target"}, tc.search_path);
+    auto target = defaults ? cpu_native_target(*expansion, cpu_enabled_features(*defaults, tc.isa_features), nullptr)
+                           : std::unexpected(Error::make(ErrorKind::kUnavailable, "-march=" + march + " -Q --help=target failed"));
+    if (target) {
+      tc.native = target->str();
+    } else {
+      tc.native_reason = target.error().message;
+    }
   }
-  if (!tc.native) tc.native_reason = "g++ -march=native did not report a CPU";
   finish_identity(tc);
   return tc;
 }
@@ -243,6 +266,12 @@ nlohmann::json Toolchain::to_json() const {
   j["archs"] = archs;
   j["native"] = native ? nlohmann::json(*native) : nlohmann::json(nullptr);
   if (!native) j["native_reason"] = native_reason;
+  if (backend == Backend::kCpu) {
+    j["isa_features"] = isa_features;
+    if (native) {
+      if (auto isa = cpu_isa(*native)) j["native_isa"] = isa->to_json();
+    }
+  }
   return j;
 }
 
@@ -262,6 +291,12 @@ Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std:
       arch = *native;
     }
     std::string base = arch;
+    if (backend == Backend::kCpu) {
+      auto target = CpuTarget::parse(arch, isa_features, f);
+      if (!target) return std::unexpected(target.error());
+      base = target->march;
+      arch = target->str();
+    }
     if (backend == Backend::kRocm) {
       // Target IDs: gfx90a:xnack+:sramecc-
       std::stringstream ss(arch);
@@ -288,7 +323,39 @@ Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std:
   if (backend == Backend::kCpu && out.size() != 1) {
     return fail_field(field, "the cpu backend builds for exactly one -march target");
   }
+  if (backend == Backend::kCpu && isa_cache) {
+    if (auto isa = cpu_isa(out.front(), field); !isa) return std::unexpected(isa.error());
+  }
   return out;
+}
+
+Result<CpuIsa> Toolchain::cpu_isa(const std::string& target, const std::string& field) const {
+  if (!isa_cache) return fail(ErrorKind::kUnavailable, "no compiler to ask about cpu target `" + target + "`");
+  std::lock_guard lock(isa_cache->mu);
+  if (auto it = isa_cache->by_target.find(target); it != isa_cache->by_target.end()) return it->second;
+  auto parsed = CpuTarget::parse(target, isa_features, field);
+  if (!parsed) return std::unexpected(parsed.error());
+  std::vector<std::string> argv{compiler.string()};
+  for (auto& flag : parsed->flags()) argv.push_back(flag);
+  argv.insert(argv.end(), {"-Q", "--help=target"});
+  auto help = probe(isa_cache->spawn, argv, search_path);
+  if (!help) return fail_field(field, compiler.string() + " rejects the cpu target `" + target + "`");
+  CpuIsa isa = CpuIsa::from_features(cpu_enabled_features(*help, isa_features));
+  isa_cache->by_target.emplace(target, isa);
+  return isa;
+}
+
+std::string Toolchain::cpu_cannot_run(const std::string& target) const {
+  if (!native) return "";
+  auto want = cpu_isa(target);
+  auto have = cpu_isa(*native);
+  if (!want || !have) return "";
+  auto missing = want->missing_on(*have);
+  if (missing.empty()) return "";
+  std::string list;
+  for (const auto& f : missing) list += (list.empty() ? "" : " ") + f;
+  return "this host's CPU lacks " + list + " (native here is " + *native +
+         "): a kernel built for `" + target + "` would die of SIGILL";
 }
 
 std::string cuda_native_arch(std::string compute_cap, const std::vector<std::string>& archs) {
@@ -306,7 +373,9 @@ std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>
   std::vector<std::string> link_flags;  // only when linking a separate object
   switch (backend) {
     case Backend::kCpu:
-      arch_flags = {"-march=" + arch_list.front(), "-fPIC", "-fopenmp"};
+      // Resolved targets always parse; the flags are the target's whole spelling.
+      arch_flags = CpuTarget::parse(arch_list.front(), isa_features, "/arch").value().flags();
+      arch_flags.insert(arch_flags.end(), {"-fPIC", "-fopenmp"});
       shared_flags = {"-shared"};
       link_flags = {"-fopenmp"};
       break;

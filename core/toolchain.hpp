@@ -4,17 +4,23 @@
 // `native` means on this host. A backend whose compiler is missing, or fails to report a
 // version, is marked unavailable with the reason; it is never hidden.
 // The identity digest (sha256 of realpath + version text) enters every kernel key, so a
-// compiler upgrade can never serve a stale artifact.
+// compiler upgrade can never serve a stale artifact. A cpu arch is a core/cpu_target
+// string; `native` there is the host's whole target (the -march name and every feature
+// and cache tuning -march=native implies), and cpu_isa() asks the compiler what a target
+// offers (once per target; thread-safe).
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/backend.hpp"
+#include "core/cpu_target.hpp"
 #include "core/error.hpp"
 #include "core/process.hpp"
 
@@ -34,6 +40,8 @@ struct CompileStep {
   std::string output;             // file name the step produces in the job directory
 };
 
+struct CpuIsaCache;
+
 struct Toolchain {
   Backend backend = Backend::kCpu;
   bool available = false;
@@ -45,6 +53,8 @@ struct Toolchain {
   std::optional<std::string> native;  // what `native` resolves to here
   std::string native_reason;          // why `native` cannot be resolved
   std::string search_path;            // PATH handed to the compiler
+  std::set<std::string> isa_features;  // cpu: the ISA extensions the compiler knows
+  std::shared_ptr<CpuIsaCache> isa_cache;  // cpu: set by discovery; cpu_isa() needs it
 
   nlohmann::json to_json() const;
   std::string version_line() const;  // the line of version_text that names the version
@@ -54,6 +64,13 @@ struct Toolchain {
   // accepted archs so the client can correct itself.
   Result<std::vector<std::string>> resolve_archs(const std::vector<std::string>& requested,
                                                  const std::string& field) const;
+
+  // cpu: what a resolved target offers, from `<compiler> <target flags> -Q --help=target`.
+  // A target the compiler rejects is kBadRequest naming `field`.
+  Result<CpuIsa> cpu_isa(const std::string& target, const std::string& field = "/arch") const;
+  // cpu: why a kernel built for `target` cannot run on this host (the features the host
+  // lacks), or "" when it can.
+  std::string cpu_cannot_run(const std::string& target) const;
 
   // The compile steps for `source_file` (relative to the job directory): one step, or with
   // options.aot a compile to kernel.o and a link to kernel.so.

@@ -89,13 +89,13 @@ void check_shapes(const TemplateSpec& s, Problems& p) {
 void check_cpu(const TemplateRequest& r, Problems& p) {
   const json& q = r.spec.params;
   int mr = q["mr"], nr = q["nr"], vec = q["vec"], mc = q["mc"];
-  const int width = cpu_vector_width(r.archs.at(0));
-  if (vec > width) p.add("/params/vec", "vec " + std::to_string(vec) + " needs wider vectors than -march=" + r.archs[0] + " has (" + std::to_string(width) + " floats)");
+  const int width = r.cpu.vector_floats;
+  if (vec > width) p.add("/params/vec", "vec " + std::to_string(vec) + " needs wider vectors than the target `" + r.archs[0] + "` has (" + std::to_string(width) + " floats)");
   if (nr % vec != 0) p.add("/params/nr", "nr " + std::to_string(nr) + " must be a multiple of vec " + std::to_string(vec));
   if (mc % mr != 0) p.add("/params/mc", "mc " + std::to_string(mc) + " must be a multiple of mr " + std::to_string(mr));
-  const int regs = width >= 16 ? 32 : 16;
-  const int need = mr * (nr / std::max(vec, 1)) + nr / std::max(vec, 1) + 1;
-  if (need > regs) p.add("/params/mr", "mr x nr/vec accumulators need " + std::to_string(need) + " vector registers; the arch has " + std::to_string(regs));
+  const int regs = r.cpu.vector_registers;
+  const int need = cpu_registers_needed(mr, nr, vec);
+  if (need > regs) p.add("/params/mr", "mr x nr/vec accumulators need " + std::to_string(need) + " vector registers; the target has " + std::to_string(regs));
 }
 
 // The shared memory the Hopper kernel asks for: the stages, 1 KiB to align them for the
@@ -202,15 +202,9 @@ void check_rocm(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
 
 }  // namespace
 
-int cpu_vector_width(const std::string& march) {
-  static const std::set<std::string> k512 = {"skylake-avx512", "cannonlake", "icelake-client", "icelake-server", "cascadelake",
-                                             "cooperlake", "tigerlake", "sapphirerapids", "rocketlake", "x86-64-v4", "knl", "knm",
-                                             "znver4"};
-  static const std::set<std::string> k256 = {"haswell", "broadwell", "skylake", "alderlake", "core-avx2", "znver1", "znver2",
-                                             "znver3", "x86-64-v3", "bdver4"};
-  if (k512.contains(march)) return 16;
-  if (k256.contains(march)) return 8;
-  return 4;
+int cpu_registers_needed(int mr, int nr, int vec) {
+  const int nv = nr / std::max(vec, 1);
+  return mr * nv + nv + 1;
 }
 
 int64_t cuda_smem_limit(const std::string& arch) {
@@ -325,16 +319,20 @@ std::string GemmTemplate::description() const {
          "gelu (erf or tanh), silu, sigmoid, tanh, cast.";
 }
 
-std::vector<ParamSpec> GemmTemplate::params(Backend backend) const {
-  switch (backend) {
-    case Backend::kCpu:
-      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), 12, "micro-tile rows (register block); default by -march: 12 (AVX-512), 6 (AVX2), 4"},
-              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 32, "micro-tile columns (a multiple of vec); default by -march: 32, 16, 8"},
-              {"vec", "int", ints({4, 8, 16}), 16, "floats per vector register: 16 AVX-512, 8 AVX2, 4 SSE; default: the arch's width"},
+std::vector<ParamSpec> GemmTemplate::params(const TemplateRequest& req) const {
+  switch (req.backend) {
+    case Backend::kCpu: {
+      // The default register blocking fills the target's vector registers: 12 x 2 vectors of
+      // accumulators with 32 registers (AVX-512), 6 x 2 with 16.
+      const int w = req.cpu.vector_floats, mr = req.cpu.vector_registers >= 32 ? 12 : 6;
+      return {{"mr", "int", ints({2, 4, 6, 8, 12, 14, 16}), mr, "micro-tile rows (register block); default by target: 12 with 32 vector registers (AVX-512), 6 with 16"},
+              {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 2 * w, "micro-tile columns (a multiple of vec); default: two vectors of the target"},
+              {"vec", "int", ints({4, 8, 16}), w, "floats per vector register: 16 AVX-512, 8 AVX, 4 SSE; default: the target's width"},
               {"mc", "int", ints({16, 24, 32, 48, 64, 96, 112, 128, 144, 192, 256}), 96, "rows of A packed per block (L2)"},
               {"kc", "int", ints({64, 128, 192, 256, 384, 512}), 384, "depth of a packed panel"},
               {"nc", "int", ints({128, 256, 512, 1024, 2048, 4096}), 2048, "columns of B packed per block (L3)"},
               {"threads", "int", ints({0, 1, 2, 4, 8, 16, 32, 64}), 0, "OpenMP threads (0: all cores)"}};
+    }
     case Backend::kCuda:
       return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
               {"block_n", "int", ints({32, 64, 128, 256}), 128, "columns of C per thread block"},
@@ -357,14 +355,18 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
   std::vector<json> out;
   switch (req.backend) {
     case Backend::kCpu: {
-      const int w = cpu_vector_width(req.archs.empty() ? "x86-64" : req.archs[0]);
-      // (mr, nr in vectors, mc, kc): register blockings that fill the register file, and
-      // cache blockings around the ones measured best on AVX-512 hosts (docs/BENCHMARKS.md).
-      for (auto [mr, nv, mc, kc] : std::vector<std::tuple<int, int, int, int>>{
-               {12, 2, 96, 384}, {12, 2, 96, 512}, {12, 2, 192, 256}, {14, 2, 112, 384}, {14, 2, 112, 512},
-               {6, 4, 96, 384}, {8, 3, 96, 384}, {6, 2, 96, 256}, {4, 3, 96, 256}, {4, 2, 96, 256}}) {
-        const int need = mr * nv + nv + 1;
-        if (need > (w >= 16 ? 32 : 16)) continue;  // more accumulators than registers
+      // Register blockings that fill the target's vector registers (mr rows x nv vectors of
+      // accumulators), each with the cache blockings measured best around it (docs/BENCHMARKS.md).
+      const int w = req.cpu.vector_floats, regs = req.cpu.vector_registers;
+      using Blocking = std::tuple<int, int, int, int>;
+      static const std::vector<Blocking> k32 = {{12, 2, 96, 384}, {12, 2, 96, 512}, {12, 2, 192, 256}, {14, 2, 112, 384},
+                                                {14, 2, 112, 512}, {6, 4, 96, 384}, {8, 3, 96, 384}, {6, 2, 96, 256},
+                                                {4, 3, 96, 256}, {4, 2, 96, 256}};
+      // 16 registers: 6 x 2 (15 registers) and 4 x 3 (16) are the blockings that fill them.
+      static const std::vector<Blocking> k16 = {{6, 2, 96, 256}, {6, 2, 96, 384}, {6, 2, 144, 256}, {6, 2, 192, 384},
+                                                {4, 3, 96, 256}, {4, 3, 128, 384}, {4, 2, 96, 256}};
+      for (auto [mr, nv, mc, kc] : regs >= 32 ? k32 : k16) {
+        if (cpu_registers_needed(mr, nv * w, w) > regs) continue;
         out.push_back({{"mr", mr}, {"nr", nv * w}, {"vec", w}, {"mc", mc}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});
       }
       break;
@@ -406,16 +408,6 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
 }
 
 Result<void> GemmTemplate::check(TemplateRequest& req) const {
-  if (req.backend == Backend::kCpu && req.spec.params.is_object()) {
-    // The register blocking that fits the arch's vector registers, unless asked otherwise.
-    const int w = cpu_vector_width(req.archs.at(0));
-    const json arch_defaults = w >= 16 ? json{{"mr", 12}, {"nr", 32}, {"vec", 16}}
-                               : w == 8 ? json{{"mr", 6}, {"nr", 16}, {"vec", 8}}
-                                        : json{{"mr", 4}, {"nr", 8}, {"vec", 4}};
-    for (auto it = arch_defaults.begin(); it != arch_defaults.end(); ++it) {
-      if (!req.spec.params.contains(it.key())) req.spec.params[it.key()] = it.value();
-    }
-  }
   // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
   static const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"mma", "wgmma"}};
   const bool no_params = !req.spec.params.is_object() || req.spec.params.empty();
@@ -424,7 +416,7 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
       if (!req.spec.params.contains(it.key())) req.spec.params[it.key()] = it.value();
     }
   }
-  if (auto r = apply_param_specs(params(req.backend), req.spec.params); !r) return r;
+  if (auto r = apply_param_specs(params(req), req.spec.params); !r) return r;
   Problems p;
   check_shapes(req.spec, p);
   if (!p.list.empty()) return p.result();

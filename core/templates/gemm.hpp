@@ -67,8 +67,9 @@ std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, c
 std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                                   const EpilogueCode& ep);
 
-// The register-file width for a cpu -march name: 16 floats (AVX-512), 8 (AVX2) or 4.
-int cpu_vector_width(const std::string& march);
+// Vector registers the cpu micro-kernel holds at once: mr x nr/vec accumulators, nr/vec
+// B vectors and one broadcast A value.
+int cpu_registers_needed(int mr, int nr, int vec);
 // Shared memory per block an arch allows (bytes), for the cuda and rocm checks.
 int64_t cuda_smem_limit(const std::string& arch);
 
@@ -76,7 +77,7 @@ class GemmTemplate final : public Template {
  public:
   std::string name() const override { return "gemm"; }
   std::string description() const override;
-  std::vector<ParamSpec> params(Backend backend) const override;
+  std::vector<ParamSpec> params(const TemplateRequest& req) const override;
   std::vector<nlohmann::json> default_choices(const TemplateRequest& req) const override;
   Result<void> check(TemplateRequest& req) const override;
   Result<Rendered> render(const TemplateRequest& req, bool reference) const override;

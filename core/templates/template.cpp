@@ -11,10 +11,10 @@ nlohmann::json ParamSpec::to_json() const {
           {"description", description}};
 }
 
-nlohmann::json Template::describe(Backend backend) const {
+nlohmann::json Template::describe(const TemplateRequest& req) const {
   nlohmann::json ps = nlohmann::json::array();
-  for (const auto& p : params(backend)) ps.push_back(p.to_json());
-  return {{"name", name()}, {"backend", backend_name(backend)}, {"description", description()}, {"params", ps}};
+  for (const auto& p : params(req)) ps.push_back(p.to_json());
+  return {{"name", name()}, {"backend", backend_name(req.backend)}, {"description", description()}, {"params", ps}};
 }
 
 const Registry& Registry::builtin() {

@@ -18,6 +18,7 @@
 
 #include "core/abi.hpp"
 #include "core/backend.hpp"
+#include "core/cpu_target.hpp"
 #include "core/request.hpp"
 
 namespace kforge::core::templates {
@@ -35,6 +36,7 @@ struct TemplateRequest {
   Backend backend = Backend::kCpu;
   std::vector<std::string> archs;  // resolved
   TemplateSpec spec;               // spec.params complete after check()
+  CpuIsa cpu;                      // cpu: what archs[0] offers (Toolchain::cpu_isa)
 };
 
 struct Rendered {
@@ -48,13 +50,14 @@ class Template {
   virtual ~Template() = default;
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
-  virtual std::vector<ParamSpec> params(Backend backend) const = 0;
+  // The parameters for req.backend; defaults may follow the target (req.archs, req.cpu).
+  virtual std::vector<ParamSpec> params(const TemplateRequest& req) const = 0;
   // The catalog of choices autotuning tries by default for this request.
   virtual std::vector<nlohmann::json> default_choices(const TemplateRequest& req) const = 0;
   virtual Result<void> check(TemplateRequest& req) const = 0;
   virtual Result<Rendered> render(const TemplateRequest& req, bool reference) const = 0;
 
-  nlohmann::json describe(Backend backend) const;  // for GET /templates/{name}
+  nlohmann::json describe(const TemplateRequest& req) const;  // for GET /templates/{name}
 };
 
 class Registry {

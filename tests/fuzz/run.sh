@@ -10,7 +10,7 @@ OUT=${2:-build}/fuzz
 CXX=${FUZZ_CXX:-$(command -v clang++-19 || command -v clang++)}
 mkdir -p "$OUT/corpus"
 cp tests/fuzz/corpus/* "$OUT/corpus/"
-SOURCES=(tests/fuzz/request_fuzz.cpp core/request.cpp core/tensor.cpp core/dtype.cpp core/backend.cpp core/abi.cpp core/hash.cpp core/toolchain.cpp core/process.cpp core/fsutil.cpp)
+SOURCES=(tests/fuzz/request_fuzz.cpp core/request.cpp core/tensor.cpp core/dtype.cpp core/backend.cpp core/abi.cpp core/hash.cpp core/toolchain.cpp core/cpu_target.cpp core/process.cpp core/fsutil.cpp)
 if [ ! -x "$OUT/request_fuzz" ] || [ -n "$(find "${SOURCES[@]}" core/*.hpp -newer "$OUT/request_fuzz")" ]; then
   echo "fuzz: building with $CXX"
   "$CXX" -std=c++2b -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \

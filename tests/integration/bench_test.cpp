@@ -137,7 +137,9 @@ TEST_F(Bench, GpuBenchmarkWithoutADeviceIsUnavailableNotAnError) {
 TEST_F(Bench, AutotuneRanksChoicesNamesTheWinnerAndCachesTheAnswer) {
   json req = gemm_request(128, 96, 200);
   req["benchmark"] = {{"verify", true}, {"vendor", true}, {"budget_ms", 10}};
-  req["choices"] = {{{"mr", 4}, {"nr", 64}}, {{"mr", 6}, {"nr", 32}}, {{"mr", 14}, {"mc", 96}}, {{"mr", 8}, {"nr", 32}, {"kc", 128}}};
+  // Three choices that fit this host's registers (the target's defaults, then two variations)
+  // and one that is invalid anywhere.
+  req["choices"] = {json::object(), {{"mr", 4}, {"kc", 128}}, {{"mr", 2}, {"mc", 64}, {"threads", 1}}, {{"mr", 6}, {"mc", 64}}};
   auto r = post_json(*server_, "/autotune", req.dump());
   ASSERT_EQ(r.status, 200) << r.raw;
   const json& ch = r.body["choices"];
@@ -187,6 +189,27 @@ TEST_F(Bench, AutotuneDefaultChoicesAndBadInput) {
   EXPECT_EQ(r2.body["errors"][0]["field"], "/choices/0");
   json source = source_request("return 0;");
   EXPECT_EQ(post_json(*server_, "/autotune", source.dump()).status, 400);
+}
+
+// The AVX2 search space, named as a target so that it runs on AVX-512 hosts too: every
+// default choice fits 16 registers of 8 floats and verifies.
+TEST_F(Bench, AutotuneOnX86_64_v3SearchesTheAvx2Space) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("x86-64-v3")) GTEST_SKIP() << "this host's CPU lacks x86-64-v3 (AVX2, FMA)";
+  json req = gemm_request(96, 80, 130);
+  req["arch"] = "x86-64-v3";
+  req["choices"] = "default";
+  req["benchmark"] = {{"budget_ms", 2}, {"verify", true}};
+  auto r = post_json(*server_, "/autotune", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  ASSERT_GE(r.body["choices"].size(), 3u);
+  for (const auto& c : r.body["choices"]) {
+    EXPECT_EQ(c["status"], "ok") << c.dump();
+    EXPECT_EQ(c["params"]["vec"], 8) << c.dump();
+    const int mr = c["params"]["mr"], nv = c["params"]["nr"].get<int>() / 8;
+    EXPECT_LE(mr * nv + nv + 1, 16) << c.dump();
+    EXPECT_TRUE(c["benchmark"]["verify"]["passed"]) << c.dump();
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -126,6 +127,15 @@ double apply_op(const json& op, double v, const std::vector<Tensor>& ins, const 
   throw std::logic_error("op " + o);
 }
 
+// Whether this host runs code built for a cpu target: `native` always; the x86-64 psABI
+// levels by CPUID (a kernel for a level the host lacks is compiled, never run here).
+bool host_runs(const std::string& arch) {
+  __builtin_cpu_init();
+  if (arch == "x86-64-v4") return __builtin_cpu_supports("x86-64-v4");
+  if (arch == "x86-64-v3") return __builtin_cpu_supports("x86-64-v3");
+  return true;
+}
+
 class Gemm : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -147,6 +157,9 @@ class Gemm : public ::testing::Test {
     ASSERT_EQ(r.status, 200) << r.raw.substr(0, 4000);
     const std::string name = r.body["kernel_name"];
     EXPECT_TRUE(name.starts_with(req.value("reference", false) ? "cpu_gemm_ref_" : "cpu_gemm_"));
+    if (!host_runs(req["arch"])) {
+      GTEST_SKIP() << "compiled for " << req["arch"] << "; not run: this host's CPU lacks that ISA level";
+    }
     auto so = get(*server_, r.body["artifact"]["url"]);
     // A fresh file per load: rewriting a mapped .so (same kernel twice) would crash the loader.
     static int loads = 0;
@@ -305,13 +318,110 @@ TEST_F(Gemm, CpuReferenceRenderingComputesTheSame) {
   run_cpu(req);
 }
 
-TEST_F(Gemm, CpuTuningParametersChangeTheKernelNotTheResult) {
+// Register blockings for 16 vector registers of 8 floats (AVX2) and for 32 of 16 (AVX-512),
+// each on the target that has them: both compile on every host, each runs where it can.
+TEST_F(Gemm, CpuTuningParametersChangeTheKernelNotTheResultOnAvx2) {
   json a = gemm("float32", 100, 200, 300, false, false);
-  a["params"] = {{"mr", 6}, {"nr", 32}, {"kc", 128}, {"mc", 48}};
+  a["arch"] = "x86-64-v3";
+  a["params"] = {{"mr", 6}, {"nr", 16}, {"vec", 8}, {"kc", 128}, {"mc", 48}};
   run_cpu(a);
   json b = gemm("float32", 100, 200, 300, false, false);
-  b["params"] = {{"mr", 4}, {"nr", 64}, {"kc", 512}, {"threads", 1}};
+  b["arch"] = "x86-64-v3";
+  b["params"] = {{"mr", 4}, {"nr", 24}, {"vec", 8}, {"kc", 512}, {"threads", 1}};
   run_cpu(b);
+}
+
+TEST_F(Gemm, CpuTuningParametersChangeTheKernelNotTheResultOnAvx512) {
+  json a = gemm("float32", 100, 200, 300, false, false);
+  a["arch"] = "x86-64-v4";
+  a["params"] = {{"mr", 6}, {"nr", 32}, {"vec", 16}, {"kc", 128}, {"mc", 48}};
+  run_cpu(a);
+  json b = gemm("float32", 100, 200, 300, false, false);
+  b["arch"] = "x86-64-v4";
+  b["params"] = {{"mr", 4}, {"nr", 64}, {"vec", 16}, {"kc", 512}, {"threads", 1}};
+  run_cpu(b);
+}
+
+// What `native` is on this host, what a target offers, and what becomes of parameters that
+// do not fit it; the psABI levels are compiled on every host.
+TEST_F(Gemm, CpuTargetsFollowTheirIsaAndNativeIsTheWholeHost) {
+  auto tc = get(*server_, "/toolchains");
+  ASSERT_EQ(tc.status, 200);
+  const json& cpu = tc.body["cpu"];
+  const std::string native = cpu["native"];
+  const json& isa = cpu["native_isa"];
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  auto has = [&](const std::string& f) {
+    for (const auto& x : isa["features"]) if (x == f) return true;
+    return false;
+  };
+  EXPECT_EQ(has("avx512f"), avx512) << native;
+  EXPECT_EQ(has("avx2"), bool(__builtin_cpu_supports("avx2"))) << native;
+  EXPECT_EQ(isa["vector_registers"], avx512 ? 32 : 16);
+  EXPECT_EQ(isa["vector_floats"], avx512 ? 16 : has("avx") ? 8 : 4);
+
+  // The resolved target, spelled out, is the same request as `native`.
+  json req = gemm("float32", 64, 48, 32, false, false);
+  req["backend"] = "cpu";
+  req["template"] = "gemm";
+  req["arch"] = "native";
+  auto by_native = post_json(*server_, "/render", req.dump());
+  ASSERT_EQ(by_native.status, 200) << by_native.raw;
+  EXPECT_EQ(by_native.body["archs"][0], native);
+  req["arch"] = native;
+  EXPECT_EQ(post_json(*server_, "/render", req.dump()).body["key"], by_native.body["key"]);
+  // Every feature `native` adds to its -march name reaches the compiler's command line.
+  const json& argv = by_native.body["compile"]["argv"][0];
+  for (size_t at = native.find('+'); at != std::string::npos; at = native.find('+', at + 1)) {
+    const std::string item = native.substr(at + 1, native.find('+', at + 1) - at - 1);
+    if (item.find('=') != std::string::npos) continue;
+    EXPECT_NE(std::find(argv.begin(), argv.end(), "-m" + item), argv.end()) << item << " in " << argv.dump();
+  }
+
+  // Each target's defaults fit its registers; the same parameters on the narrower target
+  // need more registers than it has: a 400 naming the field.
+  for (auto [arch, vec, regs] : std::vector<std::tuple<std::string, int, int>>{{"x86-64-v3", 8, 16}, {"x86-64-v4", 16, 32}}) {
+    req["arch"] = arch;
+    auto r = post_json(*server_, "/render", req.dump());
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.body["template"]["params"]["vec"], vec) << arch;
+    const int mr = r.body["template"]["params"]["mr"], nr = r.body["template"]["params"]["nr"];
+    EXPECT_LE(mr * (nr / vec) + nr / vec + 1, regs) << arch;
+    bool march = false;
+    for (const auto& a : r.body["compile"]["argv"][0]) march |= a == "-march=" + arch;
+    EXPECT_TRUE(march) << r.body["compile"].dump();
+  }
+  req["arch"] = "x86-64-v3";
+  req["params"] = {{"mr", 12}, {"nr", 32}, {"vec", 8}};
+  auto too_many = post_json(*server_, "/render", req.dump());
+  EXPECT_EQ(too_many.status, 400);
+  EXPECT_EQ(too_many.body["errors"][0]["field"], "/params/mr") << too_many.raw;
+  EXPECT_NE(too_many.raw.find("the target has 16"), std::string::npos) << too_many.raw;
+  req["params"] = {{"vec", 16}};
+  auto too_wide = post_json(*server_, "/render", req.dump());
+  EXPECT_EQ(too_wide.status, 400);
+  EXPECT_EQ(too_wide.body["errors"][0]["field"], "/params/vec") << too_wide.raw;
+
+  // A target with a feature no host here has compiles, but a benchmark of it is refused with
+  // the missing feature named, never run into a SIGILL.
+  req.erase("params");
+  req["arch"] = "x86-64-v4+avx5124fmaps";
+  auto compiled = post_json(*server_, "/kernels", req.dump());
+  EXPECT_EQ(compiled.status, 200) << compiled.raw;
+  req["benchmark"] = true;
+  auto refused = post_json(*server_, "/kernels", req.dump());
+  EXPECT_EQ(refused.status, 400) << refused.raw;
+  EXPECT_EQ(refused.body["errors"][0]["field"], "/arch");
+  EXPECT_NE(refused.raw.find("avx5124fmaps"), std::string::npos) << refused.raw;
+  // Unknown features and foreign flags in a target are refused before any compiler runs.
+  req.erase("benchmark");
+  for (const char* bad : {"x86-64-v3+avx9000", "x86-64-v3+fplugin=/tmp/p.so", "x86-64-v3 -B/tmp"}) {
+    req["arch"] = bad;
+    auto r = post_json(*server_, "/render", req.dump());
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_EQ(r.body["errors"][0]["field"], "/arch") << r.raw;
+  }
 }
 
 TEST_F(Gemm, RepeatedTemplateRequestIsAnsweredWithoutRendering) {
