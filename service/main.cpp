@@ -321,19 +321,9 @@ int serve(const Args& a) {
   const std::string runner_setting = get("runner-dir");
   const fs::path runner_dir =
       runner_setting.empty() ? core::executable_dir() : fs::path(runner_setting);
-  // OpenBLAS picks its kernels from CPUID at load time and falls back to SSE3 ("Prescott")
-  // on CPUs it does not recognise (common in VMs); name the family -march resolved to, so
-  // the cpu baseline is OpenBLAS at its best on this host. An explicit setting wins.
+  // The cpu vendor baseline runs at each kernel's target ISA (core::vendor_env), whatever
+  // OPENBLAS_CORETYPE the service inherited: a baseline at another ISA is not a comparison.
   std::vector<std::string> runner_env;
-  if (const char* ct = std::getenv("OPENBLAS_CORETYPE"); ct && *ct) {
-    runner_env.push_back(std::string("OPENBLAS_CORETYPE=") + ct);
-  } else if (const auto& cpu = toolchains.get(core::Backend::kCpu); cpu.native) {
-    const int width = core::templates::cpu_vector_width(*cpu.native);
-    if (width >= 16)
-      runner_env.push_back("OPENBLAS_CORETYPE=SkylakeX");
-    else if (width == 8)
-      runner_env.push_back("OPENBLAS_CORETYPE=Haswell");
-  }
   core::Bencher bencher(runner_dir, *store, std::chrono::seconds(num("bench-timeout")), runner_env,
                         sandbox->spawner());
   for (core::Backend b : core::kAllBackends) {

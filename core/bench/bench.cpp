@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/fsutil.hpp"
@@ -105,7 +106,18 @@ bool Bencher::available(Backend b) const {
   return devices_[std::string(backend_name(b))].value("available", false);
 }
 
-json Bencher::run_runner(Backend b, const json& request) {
+std::vector<std::string> vendor_env(const CpuIsa& isa) {
+  const bool avx512 = isa.has("avx512f") && isa.has("avx512bw") && isa.has("avx512dq") && isa.has("avx512vl") &&
+                      isa.has("avx512cd");
+  const char* core = avx512                            ? "SkylakeX"
+                     : isa.has("avx2") && isa.has("fma") ? "Haswell"
+                     : isa.has("avx")                   ? "Sandybridge"
+                     : isa.has("sse4.2")                ? "Nehalem"
+                                                        : "Prescott";
+  return {std::string("OPENBLAS_CORETYPE=") + core};
+}
+
+json Bencher::run_runner(Backend b, const json& request, const std::vector<std::string>& env) {
   const fs::path runner = runner_dir_ / ("kforge-runner-" + std::string(backend_name(b)));
   if (::access(runner.c_str(), X_OK) != 0) {
     return {{"status", "unavailable"}, {"reason", "no runner program " + runner.string() + " (not built on this host)"}};
@@ -144,6 +156,11 @@ json Bencher::run_runner(Backend b, const json& request) {
     }
   }
   spec.env.insert(spec.env.end(), runner_env_.begin(), runner_env_.end());
+  for (const auto& e : env) {
+    const std::string name = e.substr(0, e.find('=') + 1);
+    if (std::none_of(runner_env_.begin(), runner_env_.end(), [&](const std::string& x) { return x.starts_with(name); }))
+      spec.env.push_back(e);
+  }
   spec.stdin_data = request.dump();
   spec.timeout = request.value("mode", "") == "probe" ? std::chrono::milliseconds(60000) : timeout_;
   spec.output_cap = 4 << 20;
@@ -207,7 +224,7 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
   {
     std::lock_guard<std::mutex> lock(device_locks_[index_of(*backend)]);
     runs_++;
-    result = run_runner(*backend, req);
+    result = run_runner(*backend, req, o.runner_env);
   }
   result["device_digest"] = digest;
   if (o.verify && !reference) {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/backend.hpp"
+#include "core/cpu_target.hpp"
 #include "core/process.hpp"
 #include "core/store.hpp"
 
@@ -34,12 +35,19 @@ struct BenchOptions {
   nlohmann::json output;      // source mode: TensorMeta bound to the written tensor arg
   nlohmann::json extra_args;  // source mode: values of the scalar args in order
   std::string reference_outputs;  // where the runner may save/reuse the reference's outputs
+  std::vector<std::string> runner_env;  // this run's NAME=value entries (see vendor_env)
   static BenchOptions from_json(const nlohmann::json& j);  // j was validated by the request parser
 };
 
+// The runner environment that pins the cpu vendor baseline to a kernel's target ISA, so a
+// kernel built for x86-64-v3 is compared with OpenBLAS's Haswell kernels, not with its
+// AVX-512 ones (OpenBLAS picks its kernels from CPUID otherwise, and falls back to SSE3 on
+// CPUs it does not know, which is common in VMs).
+std::vector<std::string> vendor_env(const CpuIsa& isa);
+
 class Bencher {
  public:
-  // `runner_env`: extra NAME=value entries for every runner (e.g. OPENBLAS_CORETYPE).
+  // `runner_env`: extra NAME=value entries for every runner; they win over a run's own.
   Bencher(std::filesystem::path runner_dir, DiskStore& store, std::chrono::milliseconds timeout,
           std::vector<std::string> runner_env = {}, Spawner spawn = run_process);
 
@@ -54,7 +62,8 @@ class Bencher {
   uint64_t runs() const { return runs_.load(); }
 
  private:
-  nlohmann::json run_runner(Backend b, const nlohmann::json& request);
+  nlohmann::json run_runner(Backend b, const nlohmann::json& request,
+                            const std::vector<std::string>& env = {});
 
   std::filesystem::path runner_dir_;
   DiskStore& store_;
