@@ -14,6 +14,7 @@
 
 #include "api/http_util.hpp"
 #include "core/fsutil.hpp"
+#include "core/utf8.hpp"
 #include "core/wrapper.hpp"
 
 namespace kforge::api {
@@ -114,16 +115,33 @@ Server::Server(ServerConfig config, Services services)
   http_->set_keep_alive_timeout(5);
   http_->set_keep_alive_max_count(10000);
   http_->set_tcp_nodelay(true);  // small answers must not wait out delayed ACKs (40 ms)
-  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_->set_pre_routing_handler([max = config_.max_body_bytes](const httplib::Request& req,
+                                                                 httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     res.set_header("X-Request-Id", request_id(req));
+    // httplib reads (skips) a body over the limit before it answers 413, and strtoull makes
+    // "-1" and 2^64 into 2^64-1: such a request would hold its thread until the read timeout.
+    // Refused here, before the body is read; the connection is closed after the answer.
+    if (req.has_header("Content-Length")) {
+      const std::string len = req.get_header_value("Content-Length");
+      const bool digits = !len.empty() && len.size() <= 19 &&
+                          len.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(len) > max) {
+        res.set_header("Connection", "close");
+        send_problem(res, digits ? problem_json(413, "the request body is over the size limit of " +
+                                                         std::to_string(max) + " bytes",
+                                                "/")
+                                 : problem_json(400, "Content-Length is not a byte count", ""));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Statuses that httplib sets itself (404 for an unknown route, 413, 400 for a malformed
   // request) get a problem body too; bodies our handlers wrote are left alone.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    std::string detail = res.status == 404   ? "no route for " + req.method + " " + req.path
+    std::string detail = res.status == 404   ? "no route for " + core::sanitize_utf8(req.method + " " + req.path)
                          : res.status == 413 ? "the request body is over the size limit"
                                              : "the request could not be processed";
     send_problem(res, problem_json(res.status, detail, res.status == 413 ? "/" : ""));
