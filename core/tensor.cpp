@@ -136,7 +136,7 @@ Result<TensorMeta> parse_tensor(const nlohmann::json& j, const std::string& fiel
   // Checked: offset 2^63-1, or sizes [2^31, 24] with strides [2^33, 1], would wrap.
   const auto storage = t.checked_storage_elements();
   if (!storage || *storage > kMaxStorage) {
-    const bool by_offset = t.offset > kMaxStorage || !mul_add(1, 1, t.offset);
+    const bool by_offset = t.offset >= kMaxStorage || !mul_add(1, 1, t.offset);
     return fail_field(field + (by_offset ? "/offset" : "/strides"),
                       "tensor storage over 2^34 elements" + std::string(storage ? "" : " (it overflows 64 bits)"));
   }
