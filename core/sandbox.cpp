@@ -162,6 +162,8 @@ std::vector<std::string> Sandbox::bwrap_args(const ProcessSpec& spec) const {
     a.insert(a.end(), {kSetpriv, "--reuid", std::to_string(*uid), "--regid", std::to_string(limits_.gid),
                        "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"});
   }
+  // bwrap exports PWD (and OLDPWD) after --chdir, naming the job directory's host path.
+  if (::access("/usr/bin/env", X_OK) == 0) a.insert(a.end(), {"/usr/bin/env", "-u", "PWD", "-u", "OLDPWD", "--"});
   return a;
 }
 
