@@ -165,16 +165,28 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
   };
   std::vector<Stream> open_streams = {{out_pipe[0], &res.output}};
   if (res_pipe[0] >= 0) open_streams.push_back({res_pipe[0], &res.result});
+  // Once the child itself has exited, what its leftovers (a kernel's forked children
+  // holding the pipes open) still write is read for a short grace only: then the group
+  // is killed below, instead of waiting out the timeout for an EOF that never comes.
+  int status = 0;
+  bool reaped = false;
+  Clock::time_point grace_end = Clock::time_point::max();
   while (!open_streams.empty()) {
     auto now = Clock::now();
     if (now >= deadline) {
       res.timed_out = true;
       break;
     }
+    if (!reaped && ::waitpid(pid, &status, WNOHANG) == pid) {
+      reaped = true;
+      grace_end = now + std::chrono::milliseconds(200);
+    }
+    if (now >= grace_end) break;
     int wait_ms =
         static_cast<int>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) +
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline, grace_end) - now).count()) +
         1;
+    wait_ms = std::min(wait_ms, 100);  // and look at the child again
     std::vector<pollfd> pfds;
     for (const auto& st : open_streams) pfds.push_back({st.fd, POLLIN, 0});
     int pr = ::poll(pfds.data(), pfds.size(), wait_ms);
@@ -208,8 +220,7 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
     if (failed) break;
   }
   if (res.timed_out || res.output_capped) ::kill(-pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!reaped && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   ::kill(-pid, SIGKILL);  // leftovers of the group (daemonized grandchildren)
   ::close(out_pipe[0]);
