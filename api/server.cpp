@@ -115,23 +115,22 @@ Server::Server(ServerConfig config, Services services)
   http_->set_keep_alive_timeout(5);
   http_->set_keep_alive_max_count(10000);
   http_->set_tcp_nodelay(true);  // small answers must not wait out delayed ACKs (40 ms)
-  http_->set_pre_routing_handler([max = config_.max_body_bytes](const httplib::Request& req,
-                                                                 httplib::Response& res) {
+  http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     res.set_header("X-Request-Id", request_id(req));
-    // httplib reads (skips) a body over the limit before it answers 413, and strtoull makes
-    // "-1" and 2^64 into 2^64-1: such a request would hold its thread until the read timeout.
-    // Refused here, before the body is read; the connection is closed after the answer.
+    // httplib reads (skips) a body over the limit before it answers 413, so that a client
+    // still sending it gets the answer rather than a reset; but strtoull makes "-1", 2^64
+    // or "0x10" into a length no client will ever send, and the request would hold its
+    // thread until the read timeout. Those are refused here, before any body is read.
     if (req.has_header("Content-Length")) {
       const std::string len = req.get_header_value("Content-Length");
       const bool digits = !len.empty() && len.size() <= 19 &&
                           len.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoull(len) > max) {
+      if (!digits || std::stoull(len) > uint64_t(INT64_MAX)) {
         res.set_header("Connection", "close");
-        send_problem(res, digits ? problem_json(413, "the request body is over the size limit of " +
-                                                         std::to_string(max) + " bytes",
-                                                "/")
-                                 : problem_json(400, "Content-Length is not a byte count", ""));
+        send_problem(res, problem_json(400,
+                                       "Content-Length is not a byte count (decimal digits, under 2^63)",
+                                       ""));
         return httplib::Server::HandlerResponse::Handled;
       }
     }

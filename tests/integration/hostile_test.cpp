@@ -263,11 +263,11 @@ TEST_F(Hostile, KernelCannotForgeItsBenchmarkResult) {
 
 // (6) A Content-Length that lies is answered at once; the environment names no host path.
 TEST_F(Hostile, BadContentLengthIsAnsweredAtOnceAndTheEnvironmentHidesTheCache) {
-  for (const std::string len : {"-1", "18446744073709551616", "18446744073709551615", "99999999999", "1e3", "+5", "0x10"}) {
+  for (const std::string len : {"-1", "18446744073709551616", "18446744073709551615", "9223372036854775808", "1e3", "+5", "0x10"}) {
     const auto t0 = Clock::now();
     auto [status, body] = raw_http(*server_, "POST /kernels HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + len + "\r\n\r\n{", 20);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    EXPECT_TRUE(status == 400 || status == 413) << len << ": " << status << " " << body;
+    EXPECT_EQ(status, 400) << len << ": " << body;
     EXPECT_LT(s, 5.0) << len << " was answered only after " << s << " s";
     EXPECT_TRUE(strict_json(body)) << body;
   }
