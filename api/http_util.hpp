@@ -12,16 +12,23 @@ namespace kforge::api {
 
 inline constexpr const char* kJson = "application/json";
 
+// Every JSON answer leaves through here: bytes that are not UTF-8 (which should never get
+// this far: request strings are checked, outputs sanitized) become U+FFFD instead of an
+// exception, so no input can turn an answer into a 500.
+inline std::string dump_json(const nlohmann::json& j, int indent = 2) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 inline void send_json(httplib::Response& res, const nlohmann::json& j, int status = 200) {
   res.status = status;
-  res.set_content(j.dump(2) + "\n", kJson);
+  res.set_content(dump_json(j) + "\n", kJson);
 }
 
 inline void send_problem(httplib::Response& res, const nlohmann::json& problem) {
   res.status = problem.value("status", 500);
   if (res.status == 503) res.set_header("Retry-After", "5");
   if (res.status == 401) res.set_header("WWW-Authenticate", "Bearer realm=\"kforge\"");
-  res.set_content(problem.dump(2) + "\n", kProblemType);
+  res.set_content(dump_json(problem) + "\n", kProblemType);
 }
 
 inline void send_error(httplib::Response& res, const core::Error& e) {

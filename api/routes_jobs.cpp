@@ -24,7 +24,7 @@ std::shared_ptr<core::Job> find_job(const core::JobQueue& jobs, const httplib::R
 }
 
 std::string sse_event(const char* event, const nlohmann::json& data) {
-  return std::string("event: ") + event + "\ndata: " + data.dump() + "\n\n";
+  return std::string("event: ") + event + "\ndata: " + dump_json(data, -1) + "\n\n";
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include "api/http_util.hpp"
 #include "api/server.hpp"
 #include "core/fsutil.hpp"
+#include "core/utf8.hpp"
 #include "core/templates/template.hpp"
 #include "core/wrapper.hpp"
 
@@ -361,6 +362,9 @@ void Server::kernel_routes() {
   route("GET", "/templates/{name}", R"(/templates/([^/]+))", Role::kRead,
         [describe](const httplib::Request& req, httplib::Response& res) {
           const std::string name = req.matches[1];
+          // A URL may carry any bytes (%ff); they are never quoted back.
+          if (!core::valid_utf8(name))
+            return send_problem(res, problem_json(400, "a template name is UTF-8 text", "/name"));
           const auto* t = core::templates::Registry::builtin().find(name);
           if (!t)
             return send_problem(res,

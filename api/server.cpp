@@ -14,6 +14,7 @@
 
 #include "api/http_util.hpp"
 #include "core/fsutil.hpp"
+#include "core/utf8.hpp"
 #include "core/wrapper.hpp"
 
 namespace kforge::api {
@@ -117,13 +118,29 @@ Server::Server(ServerConfig config, Services services)
   http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     res.set_header("X-Request-Id", request_id(req));
+    // httplib reads (skips) a body over the limit before it answers 413, so that a client
+    // still sending it gets the answer rather than a reset; but strtoull makes "-1", 2^64
+    // or "0x10" into a length no client will ever send, and the request would hold its
+    // thread until the read timeout. Those are refused here, before any body is read.
+    if (req.has_header("Content-Length")) {
+      const std::string len = req.get_header_value("Content-Length");
+      const bool digits = !len.empty() && len.size() <= 19 &&
+                          len.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoull(len) > uint64_t(INT64_MAX)) {
+        res.set_header("Connection", "close");
+        send_problem(res, problem_json(400,
+                                       "Content-Length is not a byte count (decimal digits, under 2^63)",
+                                       ""));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Statuses that httplib sets itself (404 for an unknown route, 413, 400 for a malformed
   // request) get a problem body too; bodies our handlers wrote are left alone.
   http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    std::string detail = res.status == 404   ? "no route for " + req.method + " " + req.path
+    std::string detail = res.status == 404   ? "no route for " + core::sanitize_utf8(req.method + " " + req.path)
                          : res.status == 413 ? "the request body is over the size limit"
                                              : "the request could not be processed";
     send_problem(res, problem_json(res.status, detail, res.status == 413 ? "/" : ""));

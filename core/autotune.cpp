@@ -155,6 +155,11 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
       entry["status"] = "failed";
       entry["error"] = {{"stage", "verify"}, {"reason", "the result disagrees with the reference (max abs error " +
                                                           b["verify"]["max_abs_err"].dump() + ")"}};
+    } else if (st == "ok" && !b.value("trusted", false)) {
+      // Only kforge's own renderings rank (a template's are); never a timing that code of
+      // unknown origin could have written (core/bench/bench.hpp).
+      entry["status"] = "failed";
+      entry["error"] = {{"stage", "benchmark"}, {"reason", "the timing was measured around untrusted code"}};
     } else if (st == "ok") {
       entry["status"] = "ok";
       entry["median_ms"] = b["median_ms"];

@@ -8,6 +8,7 @@
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 #include "core/templates/template.hpp"
+#include "core/utf8.hpp"
 
 namespace kforge::core {
 namespace fs = std::filesystem;
@@ -266,7 +267,8 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
     compiler_runs_++;
     auto r = spawn_(spec);
     if (!r) return std::unexpected(r.error());
-    log += "$ " + shell_quote_for_log(step.argv) + "\n" + r->output;
+    // Compilers quote the source's bytes back: the log goes into JSON, so it is UTF-8.
+    log += "$ " + shell_quote_for_log(step.argv) + "\n" + sanitize_utf8(r->output);
     if (!log.empty() && log.back() != '\n') log += '\n';
     step_info.push_back({{"argv", step.argv}, {"seconds", r->seconds}, {"result", r->describe()}});
     if (!r->ok()) {

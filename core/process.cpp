@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 namespace kforge::core {
 namespace {
@@ -79,17 +81,24 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
 
   int out_pipe[2];
   int in_pipe[2];
+  int res_pipe[2] = {-1, -1};
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) return fail(ErrorKind::kInternal, "pipe2 failed");
   if (::pipe2(in_pipe, O_CLOEXEC) != 0) {
     ::close(out_pipe[0]);
     ::close(out_pipe[1]);
     return fail(ErrorKind::kInternal, "pipe2 failed");
   }
+  if (spec.result_fd && ::pipe2(res_pipe, O_CLOEXEC) != 0) {
+    for (int fd : {out_pipe[0], out_pipe[1], in_pipe[0], in_pipe[1]}) ::close(fd);
+    return fail(ErrorKind::kInternal, "pipe2 failed");
+  }
   const pid_t parent = ::getpid();
   const auto start = Clock::now();
   pid_t pid = ::fork();
   if (pid < 0) {
-    for (int fd : {out_pipe[0], out_pipe[1], in_pipe[0], in_pipe[1]}) ::close(fd);
+    for (int fd : {out_pipe[0], out_pipe[1], in_pipe[0], in_pipe[1], res_pipe[0], res_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     return fail(ErrorKind::kInternal, std::string("fork failed: ") + std::strerror(errno));
   }
   if (pid == 0) {
@@ -99,6 +108,11 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
     ::dup2(in_pipe[0], STDIN_FILENO);
     ::dup2(out_pipe[1], STDOUT_FILENO);
     ::dup2(out_pipe[1], STDERR_FILENO);
+    if (res_pipe[1] >= 0) {
+      // dup2 onto itself keeps O_CLOEXEC: clear it, the program must inherit fd 3.
+      if (res_pipe[1] == 3) ::fcntl(3, F_SETFD, 0);
+      else ::dup2(res_pipe[1], 3);
+    }
     // Reset signal dispositions the service may have changed (SIGPIPE is ignored there).
     ::signal(SIGPIPE, SIG_DFL);
     sigset_t none;
@@ -111,12 +125,20 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
       if (::setrlimit(res, &rl) != 0) child_fail(STDERR_FILENO, "setrlimit");
     }
     if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) child_fail(STDERR_FILENO, "chdir");
+    if (spec.run_as) {
+      // After the rlimits: from here on RLIMIT_NPROC counts this uid's processes.
+      const auto [uid, gid] = *spec.run_as;
+      if (::setgroups(0, nullptr) != 0) child_fail(STDERR_FILENO, "setgroups");
+      if (::setresgid(gid, gid, gid) != 0) child_fail(STDERR_FILENO, "setresgid");
+      if (::setresuid(uid, uid, uid) != 0) child_fail(STDERR_FILENO, "setresuid");
+    }
     ::execve(argv[0], argv.data(), envp.data());
     child_fail(STDERR_FILENO, argv[0]);
   }
   ::setpgid(pid, pid);  // also in the parent, so the group exists before any kill
   ::close(out_pipe[1]);
   ::close(in_pipe[0]);
+  if (res_pipe[1] >= 0) ::close(res_pipe[1]);
 
   // Feed stdin (small payloads: runner requests) and close it.
   {
@@ -136,44 +158,73 @@ Result<ProcessResult> run_process(const ProcessSpec& spec) {
   ProcessResult res;
   const auto deadline = start + spec.timeout;
   char buf[1 << 14];
-  while (true) {
+  // Both streams are read until EOF (every writer gone), the deadline or the cap.
+  struct Stream {
+    int fd;
+    std::string* into;
+  };
+  std::vector<Stream> open_streams = {{out_pipe[0], &res.output}};
+  if (res_pipe[0] >= 0) open_streams.push_back({res_pipe[0], &res.result});
+  // Once the child itself has exited, what its leftovers (a kernel's forked children
+  // holding the pipes open) still write is read for a short grace only: then the group
+  // is killed below, instead of waiting out the timeout for an EOF that never comes.
+  int status = 0;
+  bool reaped = false;
+  Clock::time_point grace_end = Clock::time_point::max();
+  while (!open_streams.empty()) {
     auto now = Clock::now();
     if (now >= deadline) {
       res.timed_out = true;
       break;
     }
+    if (!reaped && ::waitpid(pid, &status, WNOHANG) == pid) {
+      reaped = true;
+      grace_end = now + std::chrono::milliseconds(200);
+    }
+    if (now >= grace_end) break;
     int wait_ms =
         static_cast<int>(
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count()) +
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::min(deadline, grace_end) - now).count()) +
         1;
-    struct pollfd pfd {
-      out_pipe[0], POLLIN, 0
-    };
-    int pr = ::poll(&pfd, 1, wait_ms);
+    wait_ms = std::min(wait_ms, 100);  // and look at the child again
+    std::vector<pollfd> pfds;
+    for (const auto& st : open_streams) pfds.push_back({st.fd, POLLIN, 0});
+    int pr = ::poll(pfds.data(), pfds.size(), wait_ms);
     if (pr < 0) {
       if (errno == EINTR) continue;
       break;
     }
     if (pr == 0) continue;
-    ssize_t n = ::read(out_pipe[0], buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      break;
+    bool failed = false;
+    for (size_t i = pfds.size(); i-- > 0;) {
+      if (pfds[i].revents == 0) continue;
+      ssize_t n = ::read(pfds[i].fd, buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        failed = true;
+        break;
+      }
+      if (n == 0) {  // EOF on this stream
+        open_streams.erase(open_streams.begin() + static_cast<long>(i));
+        continue;
+      }
+      std::string& into = *open_streams[i].into;
+      size_t room = spec.output_cap - std::min(spec.output_cap, into.size());
+      into.append(buf, std::min(room, static_cast<size_t>(n)));
+      if (static_cast<size_t>(n) > room) {
+        res.output_capped = true;
+        failed = true;
+        break;
+      }
     }
-    if (n == 0) break;  // EOF: every writer is gone
-    size_t room = spec.output_cap - std::min(spec.output_cap, res.output.size());
-    res.output.append(buf, std::min(room, static_cast<size_t>(n)));
-    if (static_cast<size_t>(n) > room) {
-      res.output_capped = true;
-      break;
-    }
+    if (failed) break;
   }
   if (res.timed_out || res.output_capped) ::kill(-pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  while (!reaped && ::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   ::kill(-pid, SIGKILL);  // leftovers of the group (daemonized grandchildren)
   ::close(out_pipe[0]);
+  if (res_pipe[0] >= 0) ::close(res_pipe[0]);
   res.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (WIFEXITED(status)) res.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) res.term_signal = WTERMSIG(status);

@@ -2,16 +2,19 @@
 // process group, stdin from /dev/null, stdout+stderr into one captured stream, the given
 // environment only, and dies with the service (PR_SET_PDEATHSIG). The parent kills the
 // whole group when the wall-clock timeout passes or the output exceeds its cap, and
-// always kills leftovers of the group once the child has exited.
+// always kills leftovers of the group once the child has exited. With `result_fd`, the
+// child also gets a pipe on fd 3, read into ProcessResult::result.
 // run_process() returns an Error only when the child could not be started at all; a
 // child that failed, timed out or was capped is a ProcessResult describing that.
 #pragma once
 
 #include <sys/resource.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +36,12 @@ struct ProcessSpec {
   std::vector<std::filesystem::path> writable;
   std::vector<std::filesystem::path> readable;
   bool gpu = false;
+  // A result channel the child's own stdout cannot forge by accident: a pipe on fd 3 whose
+  // contents come back in ProcessResult::result (capped at output_cap like the output).
+  bool result_fd = false;
+  // Set by a sandbox when the service runs as root: the child drops to these ids after its
+  // rlimits are set, so that RLIMIT_NPROC (which root ignores) holds.
+  std::optional<std::pair<uid_t, gid_t>> run_as;
 };
 
 struct ProcessResult {
@@ -41,6 +50,7 @@ struct ProcessResult {
   bool timed_out = false;
   bool output_capped = false;
   std::string output;  // stdout and stderr interleaved, at most output_cap bytes
+  std::string result;  // what the child wrote to fd 3 (ProcessSpec::result_fd)
   double seconds = 0;
 
   bool ok() const { return !timed_out && !output_capped && term_signal == 0 && exit_code == 0; }

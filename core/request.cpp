@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "core/utf8.hpp"
+
 namespace kforge::core {
 namespace {
 
@@ -31,6 +33,91 @@ struct Checker {
     return std::unexpected(e);
   }
 };
+
+// JSON pointer escaping (RFC 6901): ~ is ~0, / is ~1.
+std::string pointer_token(const std::string& key) {
+  std::string out;
+  for (char ch : key) {
+    if (ch == '~') out += "~0";
+    else if (ch == '/') out += "~1";
+    else out += ch;
+  }
+  return out;
+}
+
+// A SAX pass that keeps the JSON pointer of the value being read, so that a parse error
+// (a string that is not UTF-8) can be reported against its field.
+struct PointerTracker : nlohmann::json_sax<nlohmann::json> {
+  struct Level {
+    bool array = false;
+    size_t index = 0;  // arrays: the next element's index
+    std::string key;   // objects: the last key read
+    bool after_key = false;
+  };
+  std::vector<Level> stack;
+  std::string failed_at;
+
+  std::string pointer(bool in_key) const {
+    std::string p;
+    for (size_t i = 0; i < stack.size(); ++i) {
+      const Level& l = stack[i];
+      const bool last = i + 1 == stack.size();
+      if (l.array) p += "/" + std::to_string(l.index);
+      else if (!last || (l.after_key && !in_key)) p += "/" + pointer_token(sanitize_utf8(l.key));
+    }
+    return p;
+  }
+  bool value() {
+    if (!stack.empty()) {
+      if (stack.back().array) ++stack.back().index;
+      else stack.back().after_key = false;
+    }
+    return true;
+  }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  static constexpr size_t kMaxDepth = 256;  // past it, the depth check answers anyway
+  bool start_object(std::size_t) override {
+    stack.push_back({});
+    return stack.size() <= kMaxDepth;
+  }
+  bool key(string_t& k) override {
+    stack.back().key = k;
+    stack.back().after_key = true;
+    return true;
+  }
+  bool end_object() override {
+    stack.pop_back();
+    return value();
+  }
+  bool start_array(std::size_t) override {
+    Level l;
+    l.array = true;
+    stack.push_back(l);
+    return stack.size() <= kMaxDepth;
+  }
+  bool end_array() override {
+    stack.pop_back();
+    return value();
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    // In an object and not after a key: the bad string is a key; name the object.
+    const bool in_key = !stack.empty() && !stack.back().array && !stack.back().after_key;
+    failed_at = pointer(in_key);
+    return false;
+  }
+};
+
+std::string field_with_invalid_utf8(std::string_view body) {
+  PointerTracker t;
+  (void)nlohmann::json::sax_parse(body.begin(), body.end(), &t, nlohmann::json::input_format_t::json, false);
+  return t.failed_at;
+}
 
 size_t json_depth(const nlohmann::json& j) {
   if (!j.is_structured()) return 0;
@@ -225,7 +312,13 @@ Result<nlohmann::json> parse_json_body(std::string_view body, size_t max_depth) 
   try {
     j = nlohmann::json::parse(body.begin(), body.end(), cb);
   } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number like 1e999
-    return fail_field("", std::string("invalid JSON: ") + e.what());
+    // The parser rejects bytes that are not UTF-8 inside a string; its message quotes
+    // them, so it is sanitized, and the field is found by a second, pointer-tracking pass.
+    if (!valid_utf8(body)) {
+      const std::string field = field_with_invalid_utf8(body);
+      return fail_field(field, "a string is not valid UTF-8 (at byte " + std::to_string(invalid_utf8_at(body)) + ")");
+    }
+    return fail_field("", "invalid JSON: " + sanitize_utf8(e.what()));
   }
   if (depth_exceeded || json_depth(j) > max_depth) {
     return fail_field("", "JSON nested deeper than " + std::to_string(max_depth) + " levels");

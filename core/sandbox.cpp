@@ -1,8 +1,12 @@
 #include "core/sandbox.hpp"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <iterator>
+#include <set>
 #include <system_error>
 
 namespace kforge::core {
@@ -29,7 +33,35 @@ void add_gpu_nodes(std::vector<std::string>& a) {
   a.insert(a.end(), {"--ro-bind", "/sys", "/sys"});
 }
 
+constexpr const char* kSetpriv = "/usr/bin/setpriv";
+
+bool service_is_root() { return ::geteuid() == 0; }
+
+// The job's own directory tree changes hands around a run: to the sandbox uid (directories
+// only: what the service wrote before stays the service's, read-only to the child), then
+// everything back to the service, so that nothing the child made stays writable by the
+// next child of the same uid. Shared directories (sticky, like /tmp) and paths the service
+// does not own are left alone.
+void hand_over(const fs::path& root, uid_t uid, gid_t gid, bool files_too) {
+  struct stat st {};
+  if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_mode & S_ISVTX)) return;
+  if (!files_too && st.st_uid != ::geteuid()) return;
+  auto give = [&](const fs::path& p) { (void)::lchown(p.c_str(), uid, gid); };
+  give(root);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (files_too || it->is_directory(ec)) give(it->path());
+  }
+}
+
 }  // namespace
+
+std::optional<uid_t> Sandbox::child_uid() const {
+  if (!service_is_root()) return std::nullopt;
+  if (mode_ == Mode::kBwrap && ::access(kSetpriv, X_OK) != 0) return std::nullopt;
+  return limits_.uid;
+}
 
 Sandbox::Sandbox(Mode mode, std::string reason, fs::path bwrap, std::vector<fs::path> readable,
                  SandboxLimits limits)
@@ -75,9 +107,17 @@ Result<Sandbox> Sandbox::make(std::string_view mode, std::vector<fs::path> extra
 }
 
 std::vector<std::string> Sandbox::bwrap_args(const ProcessSpec& spec) const {
-  std::vector<std::string> a = {bwrap_.string(), "--unshare-all", "--die-with-parent",
-                                "--new-session", "--ro-bind",     "/usr",
-                                "/usr"};
+  std::vector<std::string> a = {bwrap_.string()};
+  if (child_uid()) {
+    // Root sets the namespaces up without a user namespace (in one, uid 0 maps to host
+    // root, which RLIMIT_NPROC exempts) and keeps only what setpriv needs to drop to the
+    // sandbox uid; setpriv clears every capability on the way.
+    a.insert(a.end(), {"--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                       "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"});
+  } else {
+    a.push_back("--unshare-all");
+  }
+  a.insert(a.end(), {"--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"});
   std::error_code ec;
   for (const char* d : kUsrLinks) {
     if (fs::is_symlink(d, ec)) {
@@ -86,19 +126,44 @@ std::vector<std::string> Sandbox::bwrap_args(const ProcessSpec& spec) const {
       a.insert(a.end(), {"--ro-bind", d, d});
     }
   }
+  // Directories bwrap makes on its own for a mount point are 0700 when it runs as root:
+  // the parents of every mount are made first, 0755, so a child of another uid can reach
+  // what is bound (never the host's directories: these live in the sandbox's own root).
+  std::set<std::string> made = {"/", "/tmp", "/usr", "/proc", "/dev"};
+  auto parents = [&](const fs::path& p) {
+    fs::path at = "/";
+    for (auto it = p.begin(); it != p.end(); ++it) {
+      if (*it == "/" || std::next(it) == p.end()) continue;
+      at /= *it;
+      if (at.string().starts_with("/usr/") || !made.insert(at.string()).second) continue;
+      a.insert(a.end(), {"--perms", "0755", "--dir", at.string()});
+    }
+  };
+  parents("/etc/x");
   for (const char* f : kEtcFiles) a.insert(a.end(), {"--ro-bind-try", f, f});
-  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"});
+  // /tmp is world-writable and sticky, as usual: the child may run as another uid.
+  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"});
   auto bind = [&](const char* how, const fs::path& p) {
-    if (p.is_absolute()) a.insert(a.end(), {how, p.string(), p.string()});
+    if (!p.is_absolute()) return;
+    parents(p);
+    a.insert(a.end(), {how, p.string(), p.string()});
   };
   for (const auto& r : readable_) bind("--ro-bind-try", r);
   for (const auto& r : spec.readable) bind("--ro-bind-try", r);
   if (spec.gpu) add_gpu_nodes(a);
   for (const auto& w : spec.writable) bind("--bind", w);
-  if (!spec.cwd.empty())
+  if (!spec.cwd.empty()) {
+    parents(spec.cwd);
     a.insert(a.end(),
              {"--bind", spec.cwd.string(), spec.cwd.string(), "--chdir", spec.cwd.string()});
+  }
   a.push_back("--");
+  if (auto uid = child_uid()) {
+    a.insert(a.end(), {kSetpriv, "--reuid", std::to_string(*uid), "--regid", std::to_string(limits_.gid),
+                       "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"});
+  }
+  // bwrap exports PWD (and OLDPWD) after --chdir, naming the job directory's host path.
+  if (::access("/usr/bin/env", X_OK) == 0) a.insert(a.end(), {"/usr/bin/env", "-u", "PWD", "-u", "OLDPWD", "--"});
   return a;
 }
 
@@ -109,7 +174,13 @@ ProcessSpec Sandbox::wrap(ProcessSpec spec) const {
   spec.rlimits.push_back({RLIMIT_FSIZE, limits_.file_size});
   spec.rlimits.push_back({RLIMIT_NPROC, limits_.processes});
   if (!spec.gpu && limits_.address_space != RLIM_INFINITY) spec.rlimits.push_back({RLIMIT_AS, limits_.address_space});
+  if (mode_ == Mode::kNone && child_uid()) spec.run_as = std::pair{limits_.uid, limits_.gid};
   if (mode_ == Mode::kBwrap) {
+    // The private /tmp, not the job directory's host path (which names the cache).
+    for (auto& e : spec.env) {
+      if (e.starts_with("HOME=")) e = "HOME=/tmp";
+      if (e.starts_with("TMPDIR=")) e = "TMPDIR=/tmp";
+    }
     auto argv = bwrap_args(spec);
     argv.insert(argv.end(), spec.argv.begin(), spec.argv.end());
     spec.argv = std::move(argv);
@@ -119,7 +190,16 @@ ProcessSpec Sandbox::wrap(ProcessSpec spec) const {
 
 Spawner Sandbox::spawner(Spawner inner) const {
   return [self = *this, inner = std::move(inner)](const ProcessSpec& spec) {
+    const auto uid = self.child_uid();
+    std::vector<fs::path> own = spec.writable;
+    if (!spec.cwd.empty()) own.push_back(spec.cwd);
+    if (uid) {
+      for (const auto& d : own) hand_over(d, *uid, self.limits_.gid, false);
+    }
     auto r = inner(self.wrap(spec));
+    if (uid) {
+      for (const auto& d : own) hand_over(d, ::geteuid(), ::getegid(), true);
+    }
     // bwrap exits 128+N when its child died of signal N: report the signal, as without it.
     if (r && self.mode_ == Mode::kBwrap && r->term_signal == 0 && r->exit_code > 128 &&
         r->exit_code < 128 + 65) {

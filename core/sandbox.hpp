@@ -8,12 +8,18 @@
 //   none:  the plain process.
 // Both add rlimits (CPU seconds, address space, file size, processes) on top of the
 // wall-clock timeout, process-group kill and output cap that run_process() applies.
+// When the service runs as root, the child itself runs as SandboxLimits::uid (bwrap sets
+// the namespaces up as root, then setpriv drops to the uid; without bwrap, run_process
+// does), since root is exempt from RLIMIT_NPROC; the spawner hands the job's directories
+// (cwd, writable) to that uid for the run and takes them back afterwards. In bwrap,
+// HOME and TMPDIR point at the private /tmp, so no host path shows in the environment.
 // `auto` uses bwrap when a probe run of it works here, and says why not otherwise.
 #pragma once
 
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,7 +37,14 @@ struct SandboxLimits {
                          << 30;        // bytes; not applied to GPU runners (drivers map far more)
 #endif
   rlim_t file_size = rlim_t(1) << 30;  // bytes, per file written
-  rlim_t processes = 4096;             // per user, a fork-bomb brake
+  // Per uid, a fork-bomb brake. Threads count too: enough for a runner's OpenMP threads
+  // and a compile per core on a large host, small enough that a bomb stops within seconds.
+  rlim_t processes = 1024;
+  // Root ignores RLIMIT_NPROC, so a service running as root runs its children as this
+  // unprivileged uid/gid instead (nobody/nogroup by default). RLIMIT_NPROC counts every
+  // process of the uid on the host: it should own nothing else (docs/SECURITY.md).
+  uid_t uid = 65534;
+  gid_t gid = 65534;
 };
 
 class Sandbox {
@@ -45,6 +58,8 @@ class Sandbox {
                               SandboxLimits limits = {}, Spawner spawn = run_process);
 
   Mode mode() const { return mode_; }
+  // The uid children run as when it is not the service's own (the service is root).
+  std::optional<uid_t> child_uid() const;
   std::string_view mode_name() const { return mode_ == Mode::kBwrap ? "bwrap" : "none"; }
   const std::string& reason() const {
     return reason_;

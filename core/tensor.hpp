@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,9 @@ struct TensorMeta {
 
   size_t rank() const { return sizes.size(); }
   int64_t numel() const;
-  // Elements the storage must hold: sum((size-1)*stride) + 1 + offset.
+  // Elements the storage must hold: sum((size-1)*stride) + 1 + offset; nullopt when that
+  // overflows int64_t. storage_elements() saturates at INT64_MAX (parse_tensor() refuses it).
+  std::optional<int64_t> checked_storage_elements() const;
   int64_t storage_elements() const;
   nlohmann::json to_json() const;
 };

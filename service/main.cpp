@@ -72,6 +72,8 @@ constexpr SettingSpec kServeSettings[] = {
     {"bench-timeout", "120", "wall-clock limit per benchmark run, s"},
     {"runner-dir", "", "where kforge-runner-{cpu,cuda,rocm} are [beside kforge]"},
     {"sandbox", "auto", "auto | bwrap | none: how compilers and runners are confined"},
+    {"sandbox-uid", "65534", "uid:gid (or uid) compilers and runners run as when kforge is root"},
+    {"sandbox-nproc", "1024", "RLIMIT_NPROC of compilers and runners: processes of their uid"},
     {"token-file", "", "lines `role:token` (roles read, submit, admin); none: auth off"},
     {"tls-cert", "", "PEM certificate: serve HTTPS (with --tls-key)"},
     {"tls-key", "", "PEM private key for --tls-cert"},
@@ -311,7 +313,20 @@ int serve(const Args& a) {
                                : "unavailable: " + tc.reason)
               << "\n";
   }
-  auto sandbox = core::Sandbox::make(get("sandbox"), toolchain_roots(toolchains));
+  core::SandboxLimits slimits;
+  slimits.processes = static_cast<rlim_t>(std::max<long long>(16, num("sandbox-nproc")));
+  {
+    const std::string ids = get("sandbox-uid");
+    const auto colon = ids.find(':');
+    slimits.uid = static_cast<uid_t>(number("sandbox-uid", ids.substr(0, colon)));
+    slimits.gid = colon == std::string::npos ? static_cast<gid_t>(slimits.uid)
+                                             : static_cast<gid_t>(number("sandbox-uid", ids.substr(colon + 1)));
+    if (slimits.uid == 0) {
+      std::cerr << "kforge serve: --sandbox-uid 0 would exempt children from RLIMIT_NPROC\n";
+      return 2;
+    }
+  }
+  auto sandbox = core::Sandbox::make(get("sandbox"), toolchain_roots(toolchains), slimits);
   if (!sandbox) {
     std::cerr << "kforge serve: " << sandbox.error().message << "\n";
     return 2;

@@ -9,6 +9,7 @@
 #include "core/hash.hpp"
 #include "core/tensor.hpp"
 #include "core/templates/gemm.hpp"
+#include "core/utf8.hpp"
 
 namespace kforge::core {
 namespace fs = std::filesystem;
@@ -64,6 +65,12 @@ std::optional<json> tensors_for(const json& manifest, const BenchOptions& o, std
   }
   return out;
 }
+
+// Whether a result can be believed: a template kernel is kforge's own rendering; a
+// source-mode kernel is the client's code, which ran in the runner's process and could
+// have written the result itself (docs/SECURITY.md). Its timings are shown to whoever asks
+// for that kernel, marked, and never rank anything.
+bool trusted_timing(const json& manifest) { return manifest.contains("template"); }
 
 }  // namespace
 
@@ -164,18 +171,28 @@ json Bencher::run_runner(Backend b, const json& request, const std::vector<std::
   spec.stdin_data = request.dump();
   spec.timeout = request.value("mode", "") == "probe" ? std::chrono::milliseconds(60000) : timeout_;
   spec.output_cap = 4 << 20;
+  spec.result_fd = true;  // the result comes over fd 3; stdout and stderr are the kernel's
   auto r = spawn_(spec);
   if (!r) return {{"status", "failed"}, {"reason", "cannot start the runner: " + r.error().message}};
-  // The last line is the result; anything before it is the kernel's own printing.
+  // Exactly one line, one JSON object, and a clean exit: anything else is not the runner's
+  // answer (a kernel that printed a result and _exit(0)ed left fd 3 empty).
+  std::string line = r->result;
+  if (!line.empty() && line.back() == '\n') line.pop_back();
+  json j = line.empty() || line.find('\n') != std::string::npos ? json(json::value_t::discarded)
+                                                                 : json::parse(line, nullptr, false);
+  // The kernel's printing: any bytes, so cut on a character boundary and made UTF-8.
   std::string out = r->output;
   while (!out.empty() && out.back() == '\n') out.pop_back();
-  const std::string last = out.substr(out.rfind('\n') == std::string::npos ? 0 : out.rfind('\n') + 1);
-  json j = json::parse(last, nullptr, false);
-  if (r->ok() && !j.is_discarded() && j.is_object()) return j;
+  if (r->ok() && !j.is_discarded() && j.is_object()) {
+    if (j.value("status", "") == "failed" && !out.empty()) j["output_tail"] = utf8_tail(out, 2000);
+    return j;
+  }
   std::string reason = "the runner " + r->describe();
   if (r->term_signal != 0 || r->timed_out) reason += ": the kernel crashed or hung";
-  else if (!j.is_discarded() && j.is_object() && j.contains("reason")) reason = j["reason"];
-  return {{"status", "failed"}, {"reason", reason}, {"output_tail", out.substr(out.size() > 2000 ? out.size() - 2000 : 0)}};
+  else if (!j.is_discarded() && j.is_object() && j.contains("reason") && j["reason"].is_string()) reason = j["reason"];
+  else if (r->ok() && r->result.empty()) reason += " without a result: the kernel ended the process before the runner answered";
+  else if (r->ok()) reason += " with a malformed result";
+  return {{"status", "failed"}, {"reason", sanitize_utf8(reason)}, {"output_tail", utf8_tail(out, 2000)}};
 }
 
 json Bencher::run(const json& manifest, const BenchOptions& o, const std::optional<json>& reference) {
@@ -194,6 +211,7 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
       // Reused only when it answers what was asked now.
       if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!o.vendor || cached.contains("vendor"))) {
         cached["cached"] = true;
+        cached["trusted"] = trusted_timing(manifest);
         return cached;
       }
     }
@@ -227,6 +245,7 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
     result = run_runner(*backend, req, o.runner_env);
   }
   result["device_digest"] = digest;
+  result["trusted"] = trusted_timing(manifest);
   if (o.verify && !reference) {
     result["verify"] = {{"status", "unavailable"}, {"reason", "no reference rendering for a source-mode kernel"}};
   }

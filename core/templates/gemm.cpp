@@ -271,7 +271,12 @@ std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::st
 }
 
 CudaMma cuda_mma(const json& params) {
-  return params.is_object() && params.value("mma", "") == "wgmma" ? CudaMma::kWgmma : CudaMma::kMmaSync;
+  // Read before apply_param_specs() checks types: a `mma` that is not a string (5, null,
+  // ["wgmma"]) selects nothing here and is refused there, naming /params/mma.
+  if (!params.is_object()) return CudaMma::kMmaSync;
+  const auto it = params.find("mma");
+  return it != params.end() && it->is_string() && it->get_ref<const std::string&>() == "wgmma" ? CudaMma::kWgmma
+                                                                                              : CudaMma::kMmaSync;
 }
 
 EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& sig) {

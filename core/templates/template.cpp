@@ -34,6 +34,7 @@ const Template* Registry::find(const std::string& name) const {
 }
 
 Result<void> apply_param_specs(const std::vector<ParamSpec>& specs, nlohmann::json& params) {
+  if (!params.is_object()) return fail_field("/params", "must be an object of tuning parameters");
   Error err = Error::make(ErrorKind::kBadRequest, "");
   for (auto it = params.begin(); it != params.end(); ++it) {
     if (std::none_of(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == it.key(); })) {
@@ -53,7 +54,9 @@ Result<void> apply_param_specs(const std::vector<ParamSpec>& specs, nlohmann::js
     } else if (std::find(s.allowed.begin(), s.allowed.end(), v) == s.allowed.end()) {
       std::string list;
       for (const auto& a : s.allowed) list += (list.empty() ? "" : ", ") + a.dump();
-      err.fields.push_back({"/params/" + s.name, "value " + v.dump() + " is not allowed (allowed: " + list + ")"});
+      const std::string given = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      err.fields.push_back({"/params/" + s.name, "value " + (given.size() > 64 ? given.substr(0, 60) + " ..." : given) +
+                                                     " is not allowed (allowed: " + list + ")"});
     }
   }
   if (err.fields.empty()) return {};

@@ -1,4 +1,5 @@
 #include "core/request.hpp"
+#include "core/utf8.hpp"
 
 #include <gtest/gtest.h>
 
@@ -87,6 +88,83 @@ TEST(Request, JsonBodyErrors) {
   auto overflow = parse_json_body("{\"a\": 888888888888888888888800428e3905207863}", 32);
   ASSERT_FALSE(overflow);
   EXPECT_NE(overflow.error().message.find("number overflow"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kforge::core
+
+// Issue 18: a size, stride or offset near the int64 edges must be refused, never wrap past
+// the storage bound.
+namespace kforge::core {
+namespace {
+
+TEST(Tensor, StorageIsCheckedAtTheInt64Edges) {
+  const int64_t max = INT64_MAX;
+  struct Case {
+    json tensor;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {{{"name", "c"}, {"dtype", "float32"}, {"sizes", {4}}, {"offset", max}}, "/t/offset"},
+      {{{"name", "c"}, {"dtype", "float32"}, {"sizes", {4}}, {"offset", max - 1}}, "/t/offset"},
+      {{{"name", "c"}, {"dtype", "float32"}, {"sizes", {int64_t{1} << 31, 24}}, {"strides", {int64_t{1} << 33, 1}}},
+       "/t/strides"},
+      {{{"name", "c"}, {"dtype", "float32"}, {"sizes", {int64_t{1} << 31, int64_t{1} << 31}},
+        {"strides", {int64_t{1} << 40, 1}}},
+       "/t/strides"},
+      {{{"name", "c"}, {"dtype", "float32"}, {"sizes", {4}}, {"offset", (int64_t{1} << 34)}}, "/t/offset"},
+      // Contiguous by default: the implied strides overflow before any bound is checked.
+      {{{"name", "c"}, {"dtype", "float32"},
+        {"sizes", {int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31}}},
+       "/t/sizes"},
+  };
+  for (const auto& c : cases) {
+    auto t = parse_tensor(c.tensor, "/t", false);
+    ASSERT_FALSE(t) << c.tensor.dump();
+    EXPECT_EQ(t.error().fields.at(0).field, c.field) << c.tensor.dump() << ": " << t.error().message;
+  }
+  // Broadcast inputs may address few elements with many indices, but not 2^64 of them.
+  auto b = parse_tensor({{"name", "b"}, {"dtype", "float32"}, {"sizes", {int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31}},
+                         {"strides", {0, 0, 0}}},
+                        "/b", true);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().fields.at(0).field, "/b/sizes");
+  // The largest storage that fits is still accepted.
+  auto ok = parse_tensor({{"name", "c"}, {"dtype", "float32"}, {"sizes", {1}}, {"offset", (int64_t{1} << 34) - 1}}, "/t", false);
+  EXPECT_TRUE(ok) << (ok ? "" : ok.error().message);
+}
+
+TEST(Request, InvalidUtf8InABodyNamesTheField) {
+  struct Case {
+    std::string body;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {"{\"backend\": \"cpu\", \"arch\": \"\xff\xfe\"}", "/arch"},
+      {"{\"backend\": \"cpu\", \"template\": \"gemm\", \"inputs\": [{\"name\": \"a\"}, {\"name\": \"\xc3\"}]}", "/inputs/1/name"},
+      {"{\"backend\": \"cpu\", \"params\": {\"\xed\xa0\x80\": 1}}", "/params"},  // a surrogate, in a key
+      {"{\"source\": \"ok\", \"a/b~\": [\"\xf4\x90\x80\x80\"]}", "/a~1b~0/0"},        // past U+10FFFF
+  };
+  for (const auto& c : cases) {
+    auto r = parse_json_body(c.body);
+    ASSERT_FALSE(r) << c.field;
+    EXPECT_EQ(r.error().fields.at(0).field, c.field);
+    // The message must itself be dumpable (strict): no raw bytes are quoted back.
+    EXPECT_NO_THROW((void)json(r.error().message).dump()) << c.field;
+  }
+}
+
+TEST(Utf8, TailsAreCutOnCharacterBoundariesAndSanitized) {
+  std::string text;
+  for (int i = 0; i < 1500; ++i) text += "\xc3\xa9";  // 3000 bytes of é
+  for (size_t cut : {size_t{1999}, size_t{2000}, size_t{1}}) {
+    const std::string tail = utf8_tail(text, cut);
+    EXPECT_TRUE(valid_utf8(tail)) << cut;
+    EXPECT_LE(tail.size(), cut);
+  }
+  EXPECT_EQ(sanitize_utf8("a\xff" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(invalid_utf8_at("ok\xc0\x80"), 2u);  // overlong NUL
+  EXPECT_TRUE(valid_utf8("\xf0\x9f\x98\x80"));
 }
 
 }  // namespace

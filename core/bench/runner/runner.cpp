@@ -1,5 +1,10 @@
 // The runner protocol (DESIGN §7), shared by every runner program: JSON request on stdin,
-// JSON result on stdout, exit 0 unless the request itself was malformed.
+// JSON result as one line on fd 3 (a pipe the service opens; stdout when fd 3 is not open,
+// for running a runner by hand), exit 0 unless the request itself was malformed. stdout and
+// stderr are the kernel's: whatever it prints there is log, never a result. The runner
+// moves fd 3 to a close-on-exec descriptor before it loads any kernel. The kernel still
+// runs in this process and could find that descriptor, which is why the service marks
+// timings of source-mode kernels as untrusted (docs/SECURITY.md).
 //
 // request := {"mode": "probe"}
 //          | {"mode": "bench", "artifact": path, "abi": Abi, "tensors": [TensorMeta...],
@@ -13,9 +18,12 @@
 //          | {"status": "failed", "reason"} | {"status": "unavailable", "reason"}
 // A kernel that crashes or hangs takes the runner with it; the service reports that.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <ffi.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -373,12 +381,37 @@ json bench(Device& dev, const json& req) {
 
 }  // namespace
 
+// Takes the result channel (fd 3) away from where a kernel would look for it first.
+int take_result_fd() {
+  if (::fcntl(3, F_GETFD) == -1) return -1;
+  const int fd = ::fcntl(3, F_DUPFD_CLOEXEC, 100);
+  ::close(3);
+  return fd;
+}
+
+void write_result(int fd, const json& out) {
+  const std::string line = out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  if (fd < 0) {
+    std::cout << line << std::flush;
+    return;
+  }
+  std::cout.flush();
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t n = ::write(fd, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  ::close(fd);
+}
+
 int runner_main() {
+  const int result_fd = take_result_fd();
   std::ostringstream ss;
   ss << std::cin.rdbuf();
   json req = json::parse(ss.str(), nullptr, false);
   if (req.is_discarded() || !req.is_object()) {
-    std::cout << json{{"status", "failed"}, {"reason", "the runner's request is not JSON"}}.dump() << std::endl;
+    write_result(result_fd, {{"status", "failed"}, {"reason", "the runner's request is not JSON"}});
     return 2;
   }
   json out;
@@ -395,7 +428,7 @@ int runner_main() {
   } catch (const std::exception& e) {
     out = {{"status", "failed"}, {"reason", e.what()}};
   }
-  std::cout << out.dump() << std::endl;
+  write_result(result_fd, out);
   return 0;
 }
 
