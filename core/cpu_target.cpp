@@ -7,7 +7,7 @@
 namespace kforge::core {
 namespace {
 
-// The cache-size tunings -march=native sets, and -mtune where it differs from -march.
+// The cache-size tunings -march=native sets (-mtune, where it differs, is the item tune=).
 const std::set<std::string> kParams = {"l1-cache-size", "l1-cache-line-size", "l2-cache-size"};
 
 bool name_chars(std::string_view s) {

@@ -10,25 +10,7 @@ namespace {
 
 using nlohmann::json;
 
-// A source-mode kernel whose body is `body`, taking y[n] and n.
-std::string kernel(const std::string& body) {
-  return R"(#include <cstddef>
-#include <cstdint>
-#define PT_EXPORT __attribute__((visibility("default")))
-extern "C" PT_EXPORT int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* workspace, void* stream) {
-  if (workspace_size) { *workspace_size = 0; return 0; }
-)" + body + "\n}\n";
-}
-
-json source_request(const std::string& body) {
-  return {{"backend", "cpu"},
-          {"source", kernel(body)},
-          {"benchmark",
-           {{"inputs", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {1024}}}}},
-            {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {1024}}}},
-            {"extra_args", {1024}},
-            {"budget_ms", 5}}}};
-}
+json source_request(const std::string& body) { return cpu_source_request(body, 1024, 5); }
 
 json gemm_request(int64_t m, int64_t n, int64_t k) {
   return {{"backend", "cpu"},

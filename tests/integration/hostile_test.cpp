@@ -70,28 +70,7 @@ std::string first_field(const Reply& r) {
   return r.body["errors"][0].value("field", "(none)");
 }
 
-std::string cpu_kernel(const std::string& body) {
-  return R"(#include <cstddef>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <unistd.h>
-#define PT_EXPORT __attribute__((visibility("default")))
-extern "C" PT_EXPORT int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* workspace, void* stream) {
-  if (workspace_size) { *workspace_size = 0; return 0; }
-)" + body + "\n}\n";
-}
-
-json source_request(const std::string& body) {
-  return {{"backend", "cpu"},
-          {"source", cpu_kernel(body)},
-          {"benchmark",
-           {{"inputs", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {64}}}}},
-            {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {64}}}},
-            {"extra_args", {64}},
-            {"budget_ms", 2}}}};
-}
+json source_request(const std::string& body) { return cpu_source_request(body, 64, 2); }
 
 json gemm_request(const std::string& backend) {
   json j = {{"backend", backend},

@@ -108,4 +108,24 @@ double metric(const ServerProcess& s, const std::string& series) {
   throw std::runtime_error("metric " + series + " not found");
 }
 
+nlohmann::json cpu_source_request(const std::string& body, int64_t n, double budget_ms) {
+  const std::string source = R"(#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <unistd.h>
+#define PT_EXPORT __attribute__((visibility("default")))
+extern "C" PT_EXPORT int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* workspace, void* stream) {
+  if (workspace_size) { *workspace_size = 0; return 0; }
+)" + body + "\n}\n";
+  return {{"backend", "cpu"},
+          {"source", source},
+          {"benchmark",
+           {{"inputs", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {n}}}}},
+            {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {n}}}},
+            {"extra_args", {n}},
+            {"budget_ms", budget_ms}}}};
+}
+
 }  // namespace kforge::testing

@@ -43,4 +43,8 @@ Reply post_json(const ServerProcess& s, const std::string& path, const std::stri
 Reply get(const ServerProcess& s, const std::string& path, const httplib::Headers& headers = {});
 double metric(const ServerProcess& s, const std::string& series);
 
+// A source-mode cpu request whose kernel takes (const float* x, float* y, int64_t n, ...) and
+// runs `body` (which may use <cstdio>, <cstdlib>, <ctime> and <unistd.h>), benchmarked on n floats.
+nlohmann::json cpu_source_request(const std::string& body, int64_t n, double budget_ms);
+
 }  // namespace kforge::testing
