@@ -116,8 +116,7 @@ void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
   }
   info["archs"] = plan->prepared.archs;  // resolved: what was built
   info["key"] = plan->key();
-  info["kernel_name"] =
-      plan->hit ? plan->hit->manifest.value("kernel_name", "") : plan->kernel->abi.symbol;
+  info["kernel_name"] = plan->kernel_name();
   if (plan->hit && kreq->benchmark.is_null()) {
     core::DiskStore::Pin pin(svc_.store, plan->key());
     nlohmann::json j = kernel_view(plan->hit->manifest);
@@ -159,7 +158,7 @@ core::Result<core::BuildResult> Server::build_queued(const core::KernelRequest& 
   nlohmann::json info = job_info("kernel", req, client, "");
   info["archs"] = plan->prepared.archs;
   info["key"] = plan->key();
-  info["kernel_name"] = plan->kernel->abi.symbol;
+  info["kernel_name"] = plan->kernel_name();
   auto submitted = jobs_.submit(info, plan->key(), build_work(*plan, nullptr));
   if (!submitted) return std::unexpected(submitted.error());
   const auto& job = submitted->job;

@@ -37,6 +37,8 @@ void Server::status_routes() {
         [this, toolchains_json](const httplib::Request&, httplib::Response& res) {
           nlohmann::json j = toolchains_json();
           j["sandbox"] = {{"mode", svc_.sandbox.mode_name()}, {"reason", svc_.sandbox.reason()}};
+          j["libraries"] = nlohmann::json::array();
+          for (const auto& lib : svc_.toolchains.libraries()) j["libraries"].push_back(lib.to_json());
           send_json(res, j);
         });
 

@@ -76,6 +76,7 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
   }
   if (m.contains("code_objects")) j["code_objects"] = m["code_objects"];
   if (m.contains("template")) j["template"] = m["template"];
+  if (m.contains("export")) j["export"] = m["export"];  // {name, of: the name-independent key, steps}
   if (m.contains("expires_at")) j["expires_at"] = m["expires_at"];
   return j;
 }
@@ -133,6 +134,16 @@ Server::Server(ServerConfig config, Services services)
                                        ""));
         return httplib::Server::HandlerResponse::Handled;
       }
+    }
+    // Every body kforge takes is JSON, whatever the client labels it. A body labelled
+    // application/x-www-form-urlencoded (the default of `curl -d` and of Python's urllib)
+    // would be parsed as a form by httplib, which refuses such a body past 8 KiB with a 413
+    // — and a kernel source is bigger than that. The label is dropped before httplib reads
+    // the body (the Request is httplib's own mutable object; only its handler type is const).
+    if (req.get_header_value("Content-Type").starts_with("application/x-www-form-urlencoded")) {
+      auto& headers = const_cast<httplib::Request&>(req).headers;
+      headers.erase("Content-Type");
+      headers.emplace("Content-Type", "application/json");
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });

@@ -314,22 +314,35 @@ Result<Abi> parse_signature(std::string_view source, Backend backend) {
   return abi;
 }
 
-std::string substitute_kernel_name(std::string_view source, std::string_view symbol) {
+std::string replace_identifier(std::string_view source, std::string_view from, std::string_view to) {
   std::string out;
   out.reserve(source.size() + 64);
   size_t pos = 0;
   while (true) {
-    size_t hit = source.find(kKernelNamePlaceholder, pos);
+    size_t hit = source.find(from, pos);
     if (hit == std::string_view::npos) break;
-    size_t after = hit + kKernelNamePlaceholder.size();
+    size_t after = hit + from.size();
     bool left = hit == 0 || !is_ident_char(source[hit - 1]);
     bool right = after >= source.size() || !is_ident_char(source[after]);
     out.append(source.substr(pos, hit - pos));
-    out.append(left && right ? symbol : kKernelNamePlaceholder);
+    out.append(left && right ? to : from);
     pos = after;
   }
   out.append(source.substr(pos));
   return out;
+}
+
+bool contains_identifier(std::string_view source, std::string_view name) {
+  for (size_t hit = source.find(name); hit != std::string_view::npos; hit = source.find(name, hit + 1)) {
+    size_t after = hit + name.size();
+    if ((hit == 0 || !is_ident_char(source[hit - 1])) && (after >= source.size() || !is_ident_char(source[after])))
+      return true;
+  }
+  return false;
+}
+
+std::string substitute_kernel_name(std::string_view source, std::string_view symbol) {
+  return replace_identifier(source, kKernelNamePlaceholder, symbol);
 }
 
 }  // namespace kforge::core

@@ -55,5 +55,9 @@ Result<Abi> parse_signature(std::string_view source, Backend backend);
 
 // Replaces every KERNEL_NAME token in `source` with `symbol`.
 std::string substitute_kernel_name(std::string_view source, std::string_view symbol);
+// Every whole-identifier occurrence of `from` replaced by `to` (`from` inside a longer
+// identifier is left alone); contains_identifier() asks whether there is one.
+std::string replace_identifier(std::string_view source, std::string_view from, std::string_view to);
+bool contains_identifier(std::string_view source, std::string_view name);
 
 }  // namespace kforge::core

@@ -46,6 +46,11 @@ std::string kernel_key(const KeyInputs& in) {
   for (const auto& step : in.steps) {
     std::vector<std::string> a = step.argv;
     a[0] = fs::path(a[0]).filename().string();  // the identity covers the real path
+    for (auto& arg : a) {  // a library is its identity, wherever this host keeps it
+      for (const auto& inc : in.includes) {
+        if (arg == "-I" + inc.dir.string()) arg = "-I" + inc.spelling;
+      }
+    }
     argv.push_back(a);
   }
   nlohmann::json canon = {
@@ -59,6 +64,10 @@ std::string kernel_key(const KeyInputs& in) {
       {"source", strip(in.source)},
   };
   return sha256_hex(canon.dump());
+}
+
+std::string export_key(const std::string& key, const std::string& name) {
+  return sha256_hex(nlohmann::json{{"format", DiskStore::kFormat}, {"export_of", key}, {"name", name}}.dump());
 }
 
 std::string kernel_symbol(Backend backend, std::string_view family, const std::string& key) {
@@ -89,6 +98,24 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
   }
   if (!req.benchmark.is_null()) {
     if (auto r = p.check_runnable(); !r) return std::unexpected(r.error());
+  }
+  for (size_t i = 0; i < req.options.includes.size(); ++i) {
+    auto inc = resolve_include(toolchains_.libraries(), req.options.includes[i],
+                               "/options/includes/" + std::to_string(i));
+    if (!inc) return std::unexpected(inc.error());
+    p.includes.push_back(std::move(*inc));
+  }
+  if (!req.export_name.empty()) {
+    if (!contains_identifier(req.source, req.export_name))
+      return fail_field("/export_name", "the source never names `" + req.export_name + "`");
+    if (contains_identifier(req.source, kKernelNamePlaceholder))
+      return fail_field("/export_name", "the source uses KERNEL_NAME as well as `" + req.export_name +
+                                            "`: export one name, either the placeholder or export_name");
+    if (toolchains_.objcopy().empty()) {
+      Error e = Error::bad_field("/export_name", "this server has no objcopy (binutils) to rename kernels with");
+      e.kind = ErrorKind::kUnavailable;
+      return std::unexpected(e);
+    }
   }
   if (req.tmpl) {
     const templates::Template* t = templates::Registry::builtin().find(req.tmpl->name);
@@ -128,16 +155,23 @@ Result<RenderedKernel> Builder::render(const PreparedRequest& p) const {
     k.abi = std::move(r->abi);
     k.family = r->family;
   } else {
-    auto abi = parse_signature(p.req.source, p.req.backend);
+    // The exported name becomes the placeholder again: the kernel key is name-independent.
+    k.source = p.req.export_name.empty()
+                   ? p.req.source
+                   : replace_identifier(p.req.source, p.req.export_name, kKernelNamePlaceholder);
+    auto abi = parse_signature(k.source, p.req.backend);
     if (!abi) return std::unexpected(abi.error());
-    k.source = p.req.source;
     k.abi = std::move(*abi);
     k.family = "kernel";
   }
   const std::string src_name = "source." + std::string(source_extension(p.req.backend));
-  k.steps = p.toolchain->compile_steps(p.archs, p.req.options, src_name);
-  k.key = kernel_key({p.req.backend, p.archs, p.toolchain, k.steps, k.source});
+  k.steps = p.toolchain->compile_steps(p.archs, p.req.options, src_name, p.includes);
+  k.key = kernel_key({p.req.backend, p.archs, p.toolchain, k.steps, k.source, p.includes});
   k.abi.symbol = kernel_symbol(p.req.backend, k.family, k.key);
+  if (!p.req.export_name.empty()) {
+    k.export_name = p.req.export_name;
+    k.export_key = export_key(k.key, k.export_name);
+  }
   return k;
 }
 
@@ -187,10 +221,14 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   if (!kernel) return std::unexpected(kernel.error());
   plan.kernel = std::move(*kernel);
   plan.phases_ms["render"] = ms_since(t);
-  if (auto m = store_.lookup(plan.kernel->key)) {
-    if (auto r = store_.put_request(plan.prepared.request_key, plan.kernel->key); !r)
+  const RenderedKernel& k = *plan.kernel;
+  if (auto m = store_.lookup(k.answer_key())) {
+    if (auto r = store_.put_request(plan.prepared.request_key, k.answer_key()); !r)
       return std::unexpected(r.error());
     return answer(std::move(*m));
+  }
+  if (!k.export_name.empty()) {  // the same source failed under another name
+    if (auto m = store_.lookup(k.key); m && m->value("status", "") == "failed") return answer(std::move(*m));
   }
   return plan;
 }
@@ -198,27 +236,118 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
 Result<BuildResult> Builder::build(const BuildPlan& plan) {
   if (plan.hit) return *plan.hit;
   const auto t0 = Clock::now();
+  const RenderedKernel& k = *plan.kernel;
   BuildResult out{nullptr, "miss", plan.phases_ms};
   // Another process sharing the cache may have built it since the plan was made.
-  if (auto m = store_.lookup(plan.kernel->key)) {
+  if (auto m = store_.lookup(k.answer_key())) {
     out.manifest = std::move(*m);
     out.cache = "hit";
   } else {
-    auto built = compile(plan.prepared, *plan.kernel, out.phases_ms);
-    if (!built) {
-      misses_++;
-      return std::unexpected(built.error());
+    nlohmann::json base;
+    bool compiled = false;
+    if (auto m = store_.lookup(k.key)) {
+      base = std::move(*m);
+    } else {
+      auto built = compile(plan.prepared, k, out.phases_ms);
+      if (!built) {
+        misses_++;
+        return std::unexpected(built.error());
+      }
+      base = std::move(*built);
+      compiled = true;
     }
-    out.manifest = std::move(*built);
+    if (k.export_name.empty() || base.value("status", "") == "failed") {
+      out.manifest = std::move(base);
+      out.cache = compiled ? "miss" : "hit";
+    } else {
+      auto exported = export_as(plan.prepared, k, base, out.phases_ms);
+      if (!exported) return std::unexpected(exported.error());
+      out.manifest = std::move(*exported);
+      out.cache = compiled ? "miss" : "renamed";
+    }
   }
-  (out.cache == "hit" ? hits_ : misses_)++;
-  if (auto r = store_.put_request(plan.prepared.request_key, plan.kernel->key); !r)
-    return std::unexpected(r.error());
+  (out.cache == "miss" ? misses_ : hits_)++;
   if (out.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(out));
+  if (auto r = store_.put_request(plan.prepared.request_key, out.manifest["key"].get<std::string>()); !r)
+    return std::unexpected(r.error());
   double total = ms_since(t0);
   for (const char* p : {"validate", "lookup", "render"}) total += plan.phases_ms.value(p, 0.0);
   out.phases_ms["total"] = total;
   return out;
+}
+
+Result<ProcessResult> Builder::run_step(const PreparedRequest& prepared, const std::vector<std::string>& argv,
+                                        const fs::path& dir, std::string& log, nlohmann::json& steps) {
+  fs::path work = dir / "work";
+  fs::create_directories(work);
+  ProcessSpec spec;
+  spec.argv = argv;
+  spec.cwd = dir;
+  spec.env = prepared.toolchain->child_env(work);
+  spec.timeout = config_.compile_timeout;
+  spec.output_cap = config_.output_cap;
+  auto r = spawn_(spec);
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  if (!r) return std::unexpected(r.error());
+  // Compilers quote the source's bytes back: the log goes into JSON, so it is UTF-8.
+  log += "$ " + shell_quote_for_log(argv) + "\n" + sanitize_utf8(r->output);
+  if (!log.empty() && log.back() != '\n') log += '\n';
+  steps.push_back({{"argv", argv}, {"seconds", r->seconds}, {"result", r->describe()}});
+  return r;
+}
+
+Result<nlohmann::json> Builder::export_as(const PreparedRequest& prepared, const RenderedKernel& kernel,
+                                          const nlohmann::json& base, nlohmann::json& phases) {
+  DiskStore::Pin pin(store_, kernel.key);  // its kernel.o is read below
+  auto staging = store_.make_staging();
+  if (!staging) return std::unexpected(staging.error());
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{*staging};
+  const auto t = Clock::now();
+  const fs::path from = store_.entry_dir(kernel.key);
+  std::error_code ec;
+  fs::copy_file(from / "kernel.o", *staging / "base.o", ec);
+  if (ec) return fail(ErrorKind::kInternal, "kernel " + kernel.key + " has no kernel.o to export: " + ec.message());
+  const std::string src_name = base.value("source_file", "source.cpp");
+  if (auto r = write_file(*staging / src_name, substitute_kernel_name(kernel.source, kernel.export_name)); !r)
+    return std::unexpected(r.error());
+  std::string log = "# kernel " + kernel.key + " (symbol " + kernel.abi.symbol + ") exported as " +
+                    kernel.export_name + "\n";
+  nlohmann::json steps = nlohmann::json::array();
+  const std::vector<std::vector<std::string>> argvs = {
+      {toolchains_.objcopy().string(), "--redefine-sym", kernel.abi.symbol + "=" + kernel.export_name, "base.o",
+       "kernel.o"},
+      prepared.toolchain->link_step(prepared.archs).argv};
+  for (const auto& argv : argvs) {
+    auto r = run_step(prepared, argv, *staging, log, steps);
+    if (!r) return std::unexpected(r.error());
+    if (!r->ok()) {  // the code compiled once already: this is the server's fault, not the source's
+      Error e = Error::make(ErrorKind::kInternal, "exporting the kernel as " + kernel.export_name +
+                                                      " failed: " + argv[0] + " " + r->describe());
+      e.extra = {{"key", kernel.key}, {"log", log}};
+      return std::unexpected(e);
+    }
+  }
+  fs::remove(*staging / "base.o", ec);
+  auto base_log = read_file(from / "compile.log");
+  if (auto r = write_file(*staging / "compile.log", base_log.value_or("") + log); !r) return std::unexpected(r.error());
+  auto objects = list_code_objects(*staging / "kernel.so");
+  if (!objects) return fail(ErrorKind::kInternal, "the relinked kernel.so is unreadable: " + objects.error().message);
+  nlohmann::json manifest = base;
+  for (const char* f : {"files", "key", "format", "created_at", "expires_at"}) manifest.erase(f);
+  manifest["kernel_name"] = kernel.export_name;
+  manifest["abi"]["symbol"] = kernel.export_name;
+  manifest["code_objects"] = to_json(*objects);
+  phases["export"] = ms_since(t);
+  manifest["export"] = {{"name", kernel.export_name}, {"of", kernel.key}, {"steps", steps},
+                        {"seconds", phases["export"].get<double>() / 1000.0}};
+  return store_.publish(*staging, kernel.export_key, manifest);
 }
 
 Result<BuildResult> Builder::build(const KernelRequest& req) {
@@ -250,34 +379,20 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
       !r) {
     return std::unexpected(r.error());
   }
-  fs::path work = *staging / "work";
-  fs::create_directories(work);
-
   auto t = Clock::now();
   std::string log;
   nlohmann::json step_info = nlohmann::json::array();
   std::optional<ProcessResult> failed;
   for (const auto& step : steps) {
-    ProcessSpec spec;
-    spec.argv = step.argv;
-    spec.cwd = *staging;
-    spec.env = tc.child_env(work);
-    spec.timeout = config_.compile_timeout;
-    spec.output_cap = config_.output_cap;
     compiler_runs_++;
-    auto r = spawn_(spec);
+    auto r = run_step(prepared, step.argv, *staging, log, step_info);
     if (!r) return std::unexpected(r.error());
-    // Compilers quote the source's bytes back: the log goes into JSON, so it is UTF-8.
-    log += "$ " + shell_quote_for_log(step.argv) + "\n" + sanitize_utf8(r->output);
-    if (!log.empty() && log.back() != '\n') log += '\n';
-    step_info.push_back({{"argv", step.argv}, {"seconds", r->seconds}, {"result", r->describe()}});
     if (!r->ok()) {
       failed = std::move(*r);
       break;
     }
   }
   phases["compile"] = ms_since(t);
-  fs::remove_all(work);
 
   nlohmann::json compile_info = {
       {"argv", steps.front().argv},

@@ -32,7 +32,7 @@ struct BuildConfig {
 
 struct BuildResult {
   nlohmann::json manifest;
-  std::string cache;                                    // "hit" or "miss"
+  std::string cache;  // "hit", "miss", or "renamed" (compiled before under another name: linked now)
   nlohmann::json phases_ms = nlohmann::json::object();  // time spent in each phase
 };
 
@@ -43,8 +43,11 @@ struct KeyInputs {
   const Toolchain* toolchain;
   std::vector<CompileStep> steps;
   std::string source;  // with KERNEL_NAME
+  std::vector<IncludeDir> includes;  // hashed as their libraries' identities, not host paths
 };
 std::string kernel_key(const KeyInputs& in);
+// The key of a kernel exported under `name`: the kernel `key` relinked (DESIGN: export entries).
+std::string export_key(const std::string& key, const std::string& name);
 std::string kernel_symbol(Backend backend, std::string_view family, const std::string& key);
 
 // A request after validation: archs resolved, template parameters complete, request key.
@@ -54,6 +57,7 @@ struct PreparedRequest {
   std::vector<std::string> archs;
   std::string request_key;
   CpuIsa cpu;  // cpu: what archs[0] offers (the template's machine model)
+  std::vector<IncludeDir> includes;  // options.includes, resolved against the libraries
 
   // What the template sees: the resolved archs, the spec, the cpu machine model.
   templates::TemplateRequest template_request() const { return {req.backend, archs, *req.tmpl, cpu}; }
@@ -69,6 +73,12 @@ struct RenderedKernel {
   std::string family;
   std::vector<CompileStep> steps;
   std::string key;
+  // With the request's export_name: the entry that exports it (kernel.o renamed, relinked).
+  std::string export_name;
+  std::string export_key;
+  // The entry the request is answered with: the export entry, or the kernel itself.
+  const std::string& answer_key() const { return export_key.empty() ? key : export_key; }
+  const std::string& answer_name() const { return export_name.empty() ? abi.symbol : export_name; }
 };
 
 // What plan() found: a cached answer, or the rendered kernel that build() compiles.
@@ -78,7 +88,10 @@ struct BuildPlan {
   std::optional<BuildResult> hit;
   nlohmann::json phases_ms = nlohmann::json::object();
   const std::string& key() const {
-    return hit ? hit->manifest["key"].get_ref<const std::string&>() : kernel->key;
+    return hit ? hit->manifest["key"].get_ref<const std::string&>() : kernel->answer_key();
+  }
+  std::string kernel_name() const {
+    return hit ? hit->manifest.value("kernel_name", "") : kernel->answer_name();
   }
 };
 
@@ -102,6 +115,12 @@ class Builder {
  private:
   Result<nlohmann::json> compile(const PreparedRequest& prepared, const RenderedKernel& kernel,
                                  nlohmann::json& phases);
+  // Publishes the export entry: the kernel's kernel.o with its symbol renamed, relinked.
+  Result<nlohmann::json> export_as(const PreparedRequest& prepared, const RenderedKernel& kernel,
+                                   const nlohmann::json& base, nlohmann::json& phases);
+  // Runs one step in `dir` under the sandbox; appends to `log` and `steps`.
+  Result<ProcessResult> run_step(const PreparedRequest& prepared, const std::vector<std::string>& argv,
+                                 const std::filesystem::path& dir, std::string& log, nlohmann::json& steps);
 
   const Toolchains& toolchains_;
   DiskStore& store_;

@@ -1,6 +1,7 @@
 #include "core/request.hpp"
 
 #include <algorithm>
+#include <regex>
 #include <set>
 
 #include "core/utf8.hpp"
@@ -278,6 +279,48 @@ void parse_template(const nlohmann::json& body, const RequestLimits& limits, Che
   req.tmpl = std::move(t);
 }
 
+// options.defines: {"NAME": null | integer | "value"}: -DNAME or -DNAME=value. Names are
+// macro identifiers and values plain tokens, so no define can smuggle in another flag.
+void parse_defines(const nlohmann::json& d, Checker& c, CompileOptions& out) {
+  constexpr size_t kMaxDefines = 64;
+  if (!d.is_object()) return c.add("/options/defines", "must be an object {\"NAME\": value or null}");
+  if (d.size() > kMaxDefines) return c.add("/options/defines", "at most " + std::to_string(kMaxDefines) + " defines");
+  static const std::regex kName("[A-Za-z_][A-Za-z0-9_]{0,127}");
+  static const std::regex kValue("[A-Za-z0-9_.+-]{0,128}");
+  for (auto it = d.begin(); it != d.end(); ++it) {
+    const std::string field = "/options/defines/" + pointer_token(it.key());
+    if (!std::regex_match(it.key(), kName)) {
+      c.add(field, "a macro name is a C identifier of 1 to 128 characters");
+      continue;
+    }
+    const auto& v = it.value();
+    if (v.is_null()) {
+      out.defines[it.key()] = std::nullopt;
+    } else if (v.is_number_integer()) {
+      out.defines[it.key()] = v.dump();
+    } else if (v.is_boolean()) {
+      out.defines[it.key()] = v.get<bool>() ? "1" : "0";
+    } else if (v.is_string() && std::regex_match(v.get_ref<const std::string&>(), kValue)) {
+      out.defines[it.key()] = v.get<std::string>();
+    } else {
+      c.add(field, "a value is null, an integer, a boolean or a token of [A-Za-z0-9_.+-] (at most 128)");
+    }
+  }
+}
+
+// options.includes: ["<library>/<dir>", ...], checked against the server's libraries later.
+void parse_includes(const nlohmann::json& d, const RequestLimits& limits, Checker& c, CompileOptions& out) {
+  if (!d.is_array()) return c.add("/options/includes", "must be a list of \"<library>/<dir>\" strings");
+  if (d.size() > limits.max_inputs)
+    return c.add("/options/includes", "at most " + std::to_string(limits.max_inputs) + " include directories");
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (!d[i].is_string() || d[i].get_ref<const std::string&>().empty() || d[i].get_ref<const std::string&>().size() > 256)
+      c.add("/options/includes/" + std::to_string(i), "must be a string `<library>/<dir>` of 1 to 256 characters");
+    else
+      out.includes.push_back(d[i].get<std::string>());
+  }
+}
+
 }  // namespace
 
 nlohmann::json EpilogueOp::to_json() const {
@@ -338,7 +381,7 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
     if (body.contains("source")) c.add("/source", "give either `source` or `template`, not both");
     parse_template(body, limits, c, req);
   } else {
-    c.unknown_fields(body, "", {"backend", "arch", "source", "options", "benchmark"});
+    c.unknown_fields(body, "", {"backend", "arch", "source", "export_name", "options", "benchmark"});
   }
   if (body.contains("benchmark")) parse_benchmark(body["benchmark"], limits, c, req);
 
@@ -393,12 +436,25 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
     }
   }
 
+  if (body.contains("export_name")) {
+    const auto& n = body["export_name"];
+    static const std::regex kIdent("[A-Za-z_][A-Za-z0-9_]{0,127}");
+    if (!n.is_string() || !std::regex_match(n.get_ref<const std::string&>(), kIdent)) {
+      c.add("/export_name", "must be a C identifier of 1 to 128 characters");
+    } else if (n.get<std::string>() == "KERNEL_NAME") {
+      c.add("/export_name", "KERNEL_NAME is the placeholder; leave export_name out");
+    } else {
+      req.export_name = n.get<std::string>();
+      req.options.aot = true;  // the rename works on kernel.o, and Inductor wants it too
+    }
+  }
+
   if (body.contains("options")) {
     const auto& o = body["options"];
     if (!o.is_object()) {
       c.add("/options", "must be an object");
     } else {
-      c.unknown_fields(o, "/options", {"opt_level", "fast_math", "debug_info", "aot"});
+      c.unknown_fields(o, "/options", {"opt_level", "fast_math", "debug_info", "aot", "defines", "includes"});
       if (o.contains("opt_level")) {
         static const std::set<std::string> kLevels = {"O0", "O1", "O2", "O3", "Os"};
         if (!o["opt_level"].is_string() || !kLevels.contains(o["opt_level"].get<std::string>())) {
@@ -417,6 +473,9 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
       flag("fast_math", req.options.fast_math);
       flag("debug_info", req.options.debug_info);
       flag("aot", req.options.aot);
+      if (!req.export_name.empty()) req.options.aot = true;
+      if (o.contains("defines")) parse_defines(o["defines"], c, req.options);
+      if (o.contains("includes")) parse_includes(o["includes"], limits, c, req.options);
     }
   }
   if (auto r = c.result(); !r) return std::unexpected(r.error());
@@ -430,6 +489,7 @@ nlohmann::json KernelRequest::canonical(const std::vector<std::string>& resolved
     j["reference"] = reference;
   }
   else j["source"] = source;
+  if (!export_name.empty()) j["export_name"] = export_name;
   return j;
 }
 

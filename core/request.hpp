@@ -50,6 +50,9 @@ struct KernelRequest {
   Backend backend = Backend::kCpu;
   std::vector<std::string> archs{"native"};  // as asked; resolved by the toolchain
   std::string source;                        // source mode: the text with KERNEL_NAME
+  // Source mode: the name the source exports in place of KERNEL_NAME (Inductor's
+  // `cutlass_<hash>`). The kernel key does not depend on it: a rename links, never compiles.
+  std::string export_name;
   std::optional<TemplateSpec> tmpl;          // template mode
   bool reference = false;                    // template mode: the reference rendering
   nlohmann::json benchmark;                  // null, or the validated "benchmark" object

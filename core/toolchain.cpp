@@ -236,8 +236,15 @@ void add_opt_flags(std::vector<std::string>& argv, const CompileOptions& o, Back
 }  // namespace
 
 nlohmann::json CompileOptions::to_json() const {
-  return {
+  nlohmann::json j = {
       {"opt_level", opt_level}, {"fast_math", fast_math}, {"debug_info", debug_info}, {"aot", aot}};
+  // Only when used, so that requests without them keep their keys.
+  if (!defines.empty()) {
+    j["defines"] = nlohmann::json::object();
+    for (const auto& [k, v] : defines) j["defines"][k] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  }
+  if (!includes.empty()) j["includes"] = includes;
+  return j;
 }
 
 std::string Toolchain::version_line() const {
@@ -366,18 +373,19 @@ std::string cuda_native_arch(std::string compute_cap, const std::vector<std::str
 
 std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>& arch_list,
                                                   const CompileOptions& o,
-                                                  const std::string& source_file) const {
+                                                  const std::string& source_file,
+                                                  const std::vector<IncludeDir>& includes) const {
   std::vector<std::string> common{compiler.string(), "-std=c++17"};
+  for (const auto& [name, value] : o.defines) common.push_back("-D" + name + (value ? "=" + *value : ""));
+  for (const auto& inc : includes) common.push_back("-I" + inc.dir.string());
   std::vector<std::string> arch_flags;
   std::vector<std::string> shared_flags;
-  std::vector<std::string> link_flags;  // only when linking a separate object
   switch (backend) {
     case Backend::kCpu:
       // Resolved targets always parse; the flags are the target's whole spelling.
       arch_flags = CpuTarget::parse(arch_list.front(), isa_features, "/arch").value().flags();
       arch_flags.insert(arch_flags.end(), {"-fPIC", "-fopenmp"});
       shared_flags = {"-shared"};
-      link_flags = {"-fopenmp"};
       break;
     case Backend::kCuda:
       for (const auto& a : arch_list) {
@@ -385,7 +393,9 @@ std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>
         arch_flags.push_back("-gencode");
         arch_flags.push_back("arch=compute_" + num + ",code=[sm_" + num + ",compute_" + num + "]");
       }
-      arch_flags.insert(arch_flags.end(), {"-Xcompiler", "-fPIC", "-Xptxas", "-v"});
+      // constexpr host functions called from device code: CUTLASS/CuTe need it.
+      arch_flags.insert(arch_flags.end(),
+                        {"--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-Xptxas", "-v"});
       shared_flags = {"-shared", "-cudart", "shared"};
       break;
     case Backend::kRocm:
@@ -403,14 +413,21 @@ std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>
     return {CompileStep{cmd, "kernel.so"}};
   }
   cmd.insert(cmd.end(), {"-c", source_file, "-o", "kernel.o"});
+  return {CompileStep{cmd, "kernel.o"}, link_step(arch_list)};
+}
+
+CompileStep Toolchain::link_step(const std::vector<std::string>& arch_list) const {
   std::vector<std::string> link{compiler.string()};
-  if (backend == Backend::kRocm) {
-    for (const auto& a : arch_list) link.push_back("--offload-arch=" + a);
+  switch (backend) {
+    case Backend::kCpu: link.insert(link.end(), {"-shared", "-fopenmp"}); break;
+    case Backend::kCuda: link.insert(link.end(), {"-shared", "-cudart", "shared"}); break;
+    case Backend::kRocm:
+      for (const auto& a : arch_list) link.push_back("--offload-arch=" + a);
+      link.insert(link.end(), {"-shared", "-fPIC"});
+      break;
   }
-  link.insert(link.end(), shared_flags.begin(), shared_flags.end());
-  link.insert(link.end(), link_flags.begin(), link_flags.end());
   link.insert(link.end(), {"kernel.o", "-o", "kernel.so"});
-  return {CompileStep{cmd, "kernel.o"}, CompileStep{link, "kernel.so"}};
+  return {link, "kernel.so"};
 }
 
 std::vector<std::string> Toolchain::child_env(const fs::path& job_dir) const {
@@ -504,8 +521,11 @@ nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
 
 Toolchains Toolchains::discover(const Spawner& spawn) {
   std::string path = env_or("PATH", kDefaultPath);
-  return Toolchains(
-      {discover_cpu(spawn, path), discover_cuda(spawn, path), discover_rocm(spawn, path)});
+  Toolchains t({discover_cpu(spawn, path), discover_cuda(spawn, path), discover_rocm(spawn, path)});
+  std::error_code ec;
+  if (fs::path objcopy = locate("KFORGE_OBJCOPY", {}, "objcopy", path); !objcopy.empty())
+    t.set_objcopy(fs::canonical(objcopy, ec));
+  return t;
 }
 
 const Toolchain& Toolchains::get(Backend b) const {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -22,6 +23,7 @@
 #include "core/backend.hpp"
 #include "core/cpu_target.hpp"
 #include "core/error.hpp"
+#include "core/library.hpp"
 #include "core/process.hpp"
 
 namespace kforge::core {
@@ -31,6 +33,9 @@ struct CompileOptions {
   bool fast_math = false;
   bool debug_info = false;
   bool aot = false;  // also keep the relocatable object (kernel.o)
+  // -DNAME or -DNAME=VALUE; names and values are checked when parsed (no other flag fits).
+  std::map<std::string, std::optional<std::string>> defines;
+  std::vector<std::string> includes;  // `<library>[/<dir>]`, resolved by the Builder
 
   nlohmann::json to_json() const;
 };
@@ -73,10 +78,14 @@ struct Toolchain {
   std::string cpu_cannot_run(const std::string& target) const;
 
   // The compile steps for `source_file` (relative to the job directory): one step, or with
-  // options.aot a compile to kernel.o and a link to kernel.so.
+  // options.aot a compile to kernel.o and a link to kernel.so. `includes` are the resolved
+  // options.includes, in order.
   std::vector<CompileStep> compile_steps(const std::vector<std::string>& archs,
                                          const CompileOptions& options,
-                                         const std::string& source_file) const;
+                                         const std::string& source_file,
+                                         const std::vector<IncludeDir>& includes = {}) const;
+  // The link step alone (kernel.o -> kernel.so), as compile_steps' second step with aot.
+  CompileStep link_step(const std::vector<std::string>& archs) const;
 
   // Environment for a compiler child: PATH, HOME and TMPDIR (the job dir), C locale.
   std::vector<std::string> child_env(const std::filesystem::path& job_dir) const;
@@ -101,8 +110,17 @@ class Toolchains {
   const Toolchain& get(Backend b) const;
   nlohmann::json to_json() const;
 
+  // Header libraries (--library) the compilers may be pointed at.
+  const std::vector<HeaderLibrary>& libraries() const { return libraries_; }
+  void set_libraries(std::vector<HeaderLibrary> libs) { libraries_ = std::move(libs); }
+  // binutils' objcopy (renames an exported symbol in kernel.o); empty when missing.
+  const std::filesystem::path& objcopy() const { return objcopy_; }
+  void set_objcopy(std::filesystem::path p) { objcopy_ = std::move(p); }
+
  private:
   std::vector<Toolchain> all_;
+  std::vector<HeaderLibrary> libraries_;
+  std::filesystem::path objcopy_;
 };
 
 }  // namespace kforge::core

@@ -71,6 +71,7 @@ constexpr SettingSpec kServeSettings[] = {
     {"negative-ttl", "600", "how long a compile error stays cached, s"},
     {"bench-timeout", "120", "wall-clock limit per benchmark run, s"},
     {"runner-dir", "", "where kforge-runner-{cpu,cuda,rocm} are [beside kforge]"},
+    {"library", "", "NAME=PATH: a header library requests may include (options.includes); repeat or separate with ,"},
     {"sandbox", "auto", "auto | bwrap | none: how compilers and runners are confined"},
     {"sandbox-uid", "65534", "uid:gid (or uid) compilers and runners run as when kforge is root"},
     {"sandbox-nproc", "1024", "RLIMIT_NPROC of compilers and runners: processes of their uid"},
@@ -128,7 +129,9 @@ std::optional<Args> parse_args(int argc, char** argv, int first) {
         std::cerr << "kforge: --" << name << " needs a value\n";
         return std::nullopt;
       }
-      a.flags[name] = value;
+      // --library may be given more than once: the values are joined as a list.
+      if (name == "library" && a.flags.contains(name)) a.flags[name] += "," + value;
+      else a.flags[name] = value;
     } else {
       a.positional.push_back(s);
     }
@@ -211,6 +214,7 @@ std::vector<fs::path> toolchain_roots(const core::Toolchains& toolchains) {
     if (ec || real.string().starts_with("/usr/")) continue;
     roots.push_back(real.parent_path().parent_path());  // <root>/bin/<compiler>
   }
+  for (const auto& lib : toolchains.libraries()) roots.push_back(lib.root);  // read-only
   return roots;
 }
 
@@ -305,7 +309,31 @@ int serve(const Args& a) {
   size_t cleared = store->clear_staging();
   std::cerr << "kforge: cache at " << store->root().string() << " (cleared " << cleared
             << " staging item(s))\n";
-  const core::Toolchains toolchains = core::Toolchains::discover();
+  core::Toolchains toolchains = core::Toolchains::discover();
+  {
+    std::vector<core::HeaderLibrary> libs;
+    std::string specs = get("library");
+    for (size_t b = 0; b < specs.size();) {
+      size_t e = specs.find(',', b);
+      if (e == std::string::npos) e = specs.size();
+      if (e > b) {
+        auto lib = core::load_library(std::string_view(specs).substr(b, e - b));
+        if (!lib) {
+          std::cerr << "kforge serve: " << lib.error().message << "\n";
+          return 2;
+        }
+        if (std::any_of(libs.begin(), libs.end(), [&](const auto& l) { return l.name == lib->name; })) {
+          std::cerr << "kforge serve: --library " << lib->name << " is given twice\n";
+          return 2;
+        }
+        std::cerr << "kforge: library " << lib->name << " at " << lib->root.string() << " (" << lib->files
+                  << " files, identity " << lib->identity.substr(0, 16) << ")\n";
+        libs.push_back(std::move(*lib));
+      }
+      b = e + 1;
+    }
+    toolchains.set_libraries(std::move(libs));
+  }
   for (core::Backend b : core::kAllBackends) {
     const auto& tc = toolchains.get(b);
     std::cerr << "kforge: " << core::backend_name(b) << ": "

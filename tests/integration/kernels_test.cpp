@@ -13,6 +13,7 @@
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 #include "core/process.hpp"
+#include "core/abi.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 
@@ -132,9 +133,10 @@ class Kernels : public ::testing::Test {
     return p;
   }
 
-  std::string exported_symbols(const fs::path& so) {
+  // The defined symbols of a shared object (dynamic) or a relocatable object.
+  std::string exported_symbols(const fs::path& so, bool dynamic = true) {
     core::ProcessSpec spec;
-    spec.argv = {core::find_program("nm", "/usr/bin:/bin").string(), "-D", "--defined-only",
+    spec.argv = {core::find_program("nm", "/usr/bin:/bin").string(), dynamic ? "-D" : "-g", "--defined-only",
                  so.string()};
     spec.cwd = "/";
     spec.env = {"PATH=/usr/bin:/bin"};
@@ -500,6 +502,197 @@ TEST_F(Kernels, SubmitCliWritesArtifactSourceAndWrappers) {
   for (const char* ext : {".so", ".cpp", "_wrapper.py", ".h", ".json"}) {
     EXPECT_TRUE(fs::exists(scratch_ / "out" / (name + ext))) << ext;
   }
+}
+
+}  // namespace
+}  // namespace kforge::testing
+
+namespace kforge::testing {
+namespace {
+
+// Inductor's CUTLASS sources export `cutlass_<hash>` instead of KERNEL_NAME, then the same
+// body again as `cutlass_fused_mm_<hash>` for the final kernel.
+std::string named(const std::string& name) {
+  return core::replace_identifier(kCpuSource, "KERNEL_NAME", name);
+}
+
+json named_request(const std::string& name) {
+  return {{"backend", "cpu"}, {"arch", "x86-64"}, {"source", named(name)}, {"export_name", name}};
+}
+
+using KernelFn = int (*)(const float*, const float*, float*, int64_t, float, size_t*, uint8_t*, void*);
+
+// Loads `so` and checks that `name` computes y = alpha x + b.
+void expect_axpb(const fs::path& so, const std::string& name) {
+  void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  ASSERT_NE(h, nullptr) << ::dlerror();
+  auto fn = reinterpret_cast<KernelFn>(::dlsym(h, name.c_str()));
+  ASSERT_NE(fn, nullptr) << name << " is not exported by " << so;
+  std::vector<float> x{1, 2, 3}, b{10, 20, 30}, y(3);
+  EXPECT_EQ(fn(x.data(), b.data(), y.data(), 3, 2.f, nullptr, nullptr, nullptr), 0);
+  EXPECT_EQ(y, (std::vector<float>{12, 24, 36}));
+}
+
+TEST_F(Kernels, ExportNameIsKeptAndARenameLinksWithoutCompiling) {
+  auto first = post_json(*server_, "/kernels", named_request("cutlass_ed44ddb9").dump());
+  ASSERT_EQ(first.status, 200) << first.raw;
+  EXPECT_EQ(first.body["cache"], "miss");
+  EXPECT_EQ(first.body["kernel_name"], "cutlass_ed44ddb9");
+  EXPECT_EQ(first.body["abi"]["symbol"], "cutlass_ed44ddb9");
+  ASSERT_TRUE(first.body.contains("object"));  // export_name implies aot: Inductor wants the .o
+  const std::string kernel_key = first.body["export"]["of"];
+  EXPECT_NE(first.body["key"], kernel_key);
+  EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), 2);  // compile + link
+
+  fs::path so = download(first.body["artifact"]["url"], "first.so");
+  expect_axpb(so, "cutlass_ed44ddb9");
+  fs::path o = download(first.body["object"]["url"], "first.o");
+  EXPECT_EQ(core::elf_type(o).value(), 1);
+  EXPECT_NE(exported_symbols(so).find("cutlass_ed44ddb9"), std::string::npos);
+  auto src = get(*server_, "/kernels/" + first.body["key"].get<std::string>() + "/source");
+  EXPECT_EQ(src.raw, named("cutlass_ed44ddb9"));
+
+  // Inductor renames the final kernel: same body, another name. No compiler runs.
+  auto renamed = post_json(*server_, "/kernels", named_request("cutlass_fused_mm_ed44ddb9").dump());
+  ASSERT_EQ(renamed.status, 200) << renamed.raw;
+  EXPECT_EQ(renamed.body["cache"], "renamed");
+  EXPECT_EQ(renamed.body["export"]["of"], kernel_key);
+  EXPECT_EQ(renamed.body["kernel_name"], "cutlass_fused_mm_ed44ddb9");
+  EXPECT_EQ(renamed.body["export"]["steps"].size(), 2u);  // objcopy, link
+  EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), 2);
+  expect_axpb(download(renamed.body["artifact"]["url"], "renamed.so"), "cutlass_fused_mm_ed44ddb9");
+  auto o2 = download(renamed.body["object"]["url"], "renamed.o");
+  EXPECT_NE(exported_symbols(o2, false).find("cutlass_fused_mm_ed44ddb9"), std::string::npos);
+
+  // Asked again: a hit on the request key; with the placeholder: the kernel itself.
+  auto again = post_json(*server_, "/kernels", named_request("cutlass_fused_mm_ed44ddb9").dump());
+  EXPECT_EQ(again.body["cache"], "hit");
+  EXPECT_EQ(again.body["key"], renamed.body["key"]);
+  json placeholder = {{"backend", "cpu"}, {"arch", "x86-64"}, {"source", kCpuSource}, {"options", {{"aot", true}}}};
+  auto plain = post_json(*server_, "/kernels", placeholder.dump());
+  EXPECT_EQ(plain.body["cache"], "hit");
+  EXPECT_EQ(plain.body["key"], kernel_key);
+  EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), 2);
+}
+
+TEST_F(Kernels, ExportNameErrorsNameTheField) {
+  json bad = named_request("cutlass_x");
+  bad["export_name"] = "not an identifier";
+  auto r = post_json(*server_, "/kernels", bad.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["errors"][0]["field"], "/export_name");
+  bad["export_name"] = "cutlass_y";  // the source never names it
+  r = post_json(*server_, "/kernels", bad.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["errors"][0]["field"], "/export_name");
+  EXPECT_NE(r.body["detail"].get<std::string>().find("never names"), std::string::npos);
+  json both = named_request("cutlass_x");
+  both["source"] = both["source"].get<std::string>() + "\nextern \"C\" int KERNEL_NAME_user();\nint z = KERNEL_NAME;\n";
+  r = post_json(*server_, "/kernels", both.dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body["errors"][0]["field"], "/export_name");
+  // A compile error under one name is the cached error under every name.
+  json broken = named_request("cutlass_b1");
+  broken["source"] = broken["source"].get<std::string>() + "\n#error broken\n";
+  EXPECT_EQ(post_json(*server_, "/kernels", broken.dump()).status, 422);
+  broken["source"] = core::replace_identifier(broken["source"].get<std::string>(), "cutlass_b1", "cutlass_b2");
+  broken["export_name"] = "cutlass_b2";
+  r = post_json(*server_, "/kernels", broken.dump());
+  EXPECT_EQ(r.status, 422);
+  EXPECT_EQ(r.body["cache"], "hit");
+}
+
+// A header library: a relative include and a define, checked by what the kernel computes.
+const char* kLibSource = R"(#include <cstddef>
+#include <cstdint>
+#include "kf/scale.h"
+#define PT_EXPORT __attribute__((visibility("default")))
+extern "C" PT_EXPORT int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* workspace, void* stream) {
+  if (workspace_size) { *workspace_size = 0; return 0; }
+  for (int64_t i = 0; i < n; ++i) y[i] = KF_SCALE * x[i] + KF_OFFSET;
+  return 0;
+}
+)";
+
+fs::path make_library(const fs::path& root, int scale) {
+  fs::create_directories(root / "include" / "kf");
+  std::ofstream(root / "include" / "kf" / "scale.h") << "#define KF_SCALE " << scale << "\n";
+  return root;
+}
+
+float run_lib_kernel(const fs::path& so, const std::string& name, float x) {
+  void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(h, nullptr) << ::dlerror();
+  if (!h) return NAN;
+  using Fn = int (*)(const float*, float*, int64_t, size_t*, uint8_t*, void*);
+  auto fn = reinterpret_cast<Fn>(::dlsym(h, name.c_str()));
+  float y = NAN;
+  if (fn) EXPECT_EQ(fn(&x, &y, 1, nullptr, nullptr, nullptr), 0);
+  ::dlclose(h);
+  return y;
+}
+
+TEST_F(Kernels, HeaderLibrariesAndDefinesReachTheCompilerAndTheKey) {
+  // Two copies of one library at different paths, and a library with other contents.
+  make_library(scratch_ / "a" / "kflib", 3);
+  make_library(scratch_ / "b" / "kflib", 3);
+  make_library(scratch_ / "c" / "kflib", 5);
+  json req = {{"backend", "cpu"}, {"arch", "x86-64"}, {"source", kLibSource},
+              {"options", {{"includes", {"kflib/include"}}, {"defines", {{"KF_OFFSET", 7}, {"KF_UNUSED", nullptr}}}}}};
+  auto key_with = [&](const fs::path& lib, const std::string& tag, float* y) {
+    server_.reset();
+    server_ = std::make_unique<ServerProcess>(scratch_ / ("cache-" + tag), scratch_ / ("server-" + tag + ".log"),
+                                              std::vector<std::string>{"--library", "kflib=" + lib.string()});
+    auto r = post_json(*server_, "/kernels", req.dump());
+    EXPECT_EQ(r.status, 200) << r.raw;
+    if (r.status != 200) return std::string();
+    *y = run_lib_kernel(download(r.body["artifact"]["url"], tag + ".so"), r.body["kernel_name"], 2.f);
+    auto libs = get(*server_, "/toolchains").body["libraries"];
+    EXPECT_EQ(libs.size(), 1u);
+    EXPECT_EQ(libs[0]["name"], "kflib");
+    EXPECT_EQ(libs[0]["files"], 1);
+    return r.body["key"].get<std::string>();
+  };
+  float ya = 0, yb = 0, yc = 0;
+  const std::string ka = key_with(scratch_ / "a" / "kflib", "a", &ya);
+  const std::string kb = key_with(scratch_ / "b" / "kflib", "b", &yb);
+  const std::string kc = key_with(scratch_ / "c" / "kflib", "c", &yc);
+  EXPECT_EQ(ya, 3 * 2 + 7);
+  EXPECT_EQ(yb, ya);
+  EXPECT_EQ(yc, 5 * 2 + 7);
+  EXPECT_EQ(ka, kb) << "the same library at another path is the same kernel";
+  EXPECT_NE(ka, kc) << "another library's contents are another kernel";
+  auto log = get(*server_, "/kernels/" + kc + "/log");
+  EXPECT_NE(log.raw.find("-DKF_OFFSET=7"), std::string::npos);
+  EXPECT_NE(log.raw.find("-DKF_UNUSED "), std::string::npos);
+
+  // What a request may not do with them.
+  auto field_of = [&](json options) {
+    json r = req;
+    r["options"] = std::move(options);
+    auto a = post_json(*server_, "/kernels", r.dump());
+    EXPECT_EQ(a.status, 400) << a.raw;
+    return a.body["errors"][0].value("field", "");
+  };
+  EXPECT_EQ(field_of({{"includes", {"nolib/include"}}}), "/options/includes/0");
+  EXPECT_EQ(field_of({{"includes", {"kflib/../../etc"}}}), "/options/includes/0");
+  EXPECT_EQ(field_of({{"includes", {"kflib//etc"}}}), "/options/includes/0");
+  EXPECT_EQ(field_of({{"includes", {"kflib/include", "kflib/missing"}}}), "/options/includes/1");
+  EXPECT_EQ(field_of({{"includes", "kflib"}}), "/options/includes");
+  EXPECT_EQ(field_of({{"defines", {{"A B", 1}}}}), "/options/defines/A B");
+  EXPECT_EQ(field_of({{"defines", {{"X", "1 -fplugin=evil.so"}}}}), "/options/defines/X");
+  EXPECT_EQ(field_of({{"defines", {{"X", 1.5}}}}), "/options/defines/X");
+  EXPECT_EQ(field_of({{"defines", json::array()}}), "/options/defines");
+}
+
+TEST_F(Kernels, BigBodyLabelledAsAFormIsReadAsJson) {
+  // `curl -d @req.json` and Python's urllib label a body application/x-www-form-urlencoded;
+  // httplib alone would refuse such a body past 8 KiB with 413.
+  std::string padding(20000, ' ');
+  std::string body = request("cpu", "x86-64", std::string(kCpuSource) + "//" + padding + "\n");
+  auto res = server_->client().Post("/kernels", body, "application/x-www-form-urlencoded");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
 }
 
 }  // namespace
