@@ -103,8 +103,8 @@ std::string Metrics::render(const Gauges& g) const {
            double(v));
   }
   help(out, "kforge_cache_requests_total", "counter",
-       "Kernel answers by cache outcome (hit, miss, joined).");
-  for (const char* o : {"hit", "miss", "joined"}) {
+       "Kernel answers by cache outcome (hit, miss, joined, renamed: compiled before under another name, relinked).");
+  for (const char* o : {"hit", "miss", "joined", "renamed"}) {
     auto it = outcomes_.find(o);
     sample(out, "kforge_cache_requests_total", std::string("outcome=\"") + o + "\"",
            it == outcomes_.end() ? 0.0 : double(it->second));
