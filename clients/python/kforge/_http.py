@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Mapping, MutableMapping, Optional
 
 from ._version import __version__
-from .errors import ConnectionFailed, Unavailable, error_from_problem
+from .errors import ConnectionFailed, KforgeError, Unavailable, error_from_problem
 
 USER_AGENT = f"kforge-python/{__version__}"
 BACKOFF_BASE_S = 0.25
@@ -51,8 +51,15 @@ class Response:
     stream: Optional[http.client.HTTPResponse] = field(default=None, repr=False)
     _conn: Optional[http.client.HTTPConnection] = field(default=None, repr=False)
 
-    def json(self) -> Any:
-        return json.loads(self.body.decode("utf-8"))
+    def json(self) -> Dict[str, Any]:
+        """The body as a JSON object (every kforge route answers one)."""
+        try:
+            doc = json.loads(self.body.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise KforgeError(f"the server's answer is not JSON: {e}", status=self.status) from e
+        if not isinstance(doc, dict):
+            raise KforgeError("the server's answer is not a JSON object", status=self.status)
+        return doc
 
     def close(self) -> None:
         """Closes a streamed answer and its connection (nothing to do otherwise)."""
@@ -91,7 +98,7 @@ def retry_after_seconds(value: Optional[str]) -> Optional[float]:
 
 def backoff_seconds(attempt: int) -> float:
     """Exponential backoff with jitter: half the step fixed, half random."""
-    step = min(BACKOFF_CAP_S, BACKOFF_BASE_S * (2 ** attempt))
+    step = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** attempt)
     return step / 2 + random.uniform(0, step / 2)
 
 

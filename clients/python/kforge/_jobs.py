@@ -12,7 +12,7 @@ import http.client
 import json
 import sys
 import time
-from typing import Any, Dict, Iterator, Optional, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from ._http import Transport
 from .errors import ConnectionFailed
@@ -55,7 +55,8 @@ class Progress:
 
 def sse_events(resp: http.client.HTTPResponse) -> Iterator[Tuple[str, str]]:
     """(event, data) pairs from a text/event-stream body, until it ends."""
-    event, data = "message", []
+    event = "message"
+    data: List[str] = []
     while True:
         raw = resp.readline()
         if not raw:
@@ -99,6 +100,8 @@ def _stream_once(transport: Transport, job_id: str,
     try:
         for event, data in sse_events(r.stream):
             job = json.loads(data)
+            if not isinstance(job, dict):
+                raise ValueError(f"a job event is a JSON object, not {data[:80]!r}")
             progress.update(job)
             if event == "end":
                 return job

@@ -67,7 +67,7 @@ def atomic_write(path: Path, data: bytes, mode: int) -> None:
 class ArtifactCache:
     """Files by sha256 under ``root``; ``count("corrupt_removed")`` is called per corrupt file."""
 
-    def __init__(self, root: Union[str, os.PathLike, None] = None,
+    def __init__(self, root: Union[str, "os.PathLike[str]", None] = None,
                  count: Optional[Callable[[str], None]] = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self._count = count or (lambda name: None)

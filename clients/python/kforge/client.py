@@ -64,7 +64,7 @@ class Client:
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
                  timeout: float = 60.0, retries: int = 5,
-                 cache_dir: Union[str, os.PathLike, None] = None) -> None:
+                 cache_dir: Union[str, "os.PathLike[str]", None] = None) -> None:
         url = url or os.environ.get("KFORGE_URL")
         if not url:
             raise ValueError("no kforge server: pass url or set KFORGE_URL")
@@ -215,7 +215,7 @@ class Client:
 
     def templates(self) -> List[Dict[str, Any]]:
         """Every template with its parameters per backend (``GET /templates``)."""
-        return self._http.request("GET", "/templates").json()["templates"]
+        return list(self._http.request("GET", "/templates").json()["templates"])
 
     def template(self, name: str) -> Dict[str, Any]:
         """One template (``GET /templates/{name}``)."""

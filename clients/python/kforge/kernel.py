@@ -208,8 +208,8 @@ class Kernel:
         if needed == 0:
             return 0, None
         if self.backend == "cpu":
-            buf = (ctypes.c_uint8 * needed)()
-            return ctypes.addressof(buf), buf
+            host = (ctypes.c_uint8 * needed)()
+            return ctypes.addressof(host), host
         device = next((t for t in tensors if _torch_tensor(t)), None)
         if device is None:
             raise ValueError(f"{self.name} needs a {needed}-byte device workspace: pass "

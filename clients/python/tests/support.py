@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, Sequence
+from typing import IO, Dict, Sequence
 
 import pytest
 
@@ -79,16 +79,18 @@ class Server:
                 "--cache-dir", str(self.cache_dir), *extra_args]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
-        self.url = self._read_address()
+        stdout = self.proc.stdout
+        assert stdout is not None
+        self.url = self._read_address(stdout)
         # The rest of stdout (a greeting) is drained so the server never blocks on it.
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+        threading.Thread(target=stdout.read, daemon=True).start()
 
-    def _read_address(self) -> str:
+    def _read_address(self, stdout: IO[bytes]) -> str:
         line = b""
         with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            sel.register(stdout, selectors.EVENT_READ)
             while not line.endswith(b"\n") and sel.select(START_TIMEOUT_S):
-                c = os.read(self.proc.stdout.fileno(), 1)
+                c = os.read(stdout.fileno(), 1)
                 if not c:
                     break
                 line += c

@@ -37,6 +37,7 @@ def test_compile_writes_the_kernel_files(env: Dict[str, str], tmp_path: Path) ->
 
     # The server's own wrapper, saved beside the .so, calls it.
     spec = importlib.util.spec_from_file_location("wrapper", out / f"{name}_wrapper.py")
+    assert spec is not None and spec.loader is not None
     wrapper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wrapper)
 

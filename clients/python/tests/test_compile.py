@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any, Dict
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import kforge
 from kforge._jobs import Progress, _poll
 from support import DOUBLE_SOURCE, scaled_source
 
-GEMM = dict(
+GEMM: Dict[str, Any] = dict(
     backend="cpu", template="gemm",
     inputs=[{"name": "a", "dtype": "float32", "sizes": [64, 64], "strides": [64, 1]},
             {"name": "b", "dtype": "float32", "sizes": [64, 64], "strides": [64, 1]}],
