@@ -117,3 +117,13 @@ def test_kernel_lookup_by_key(client: kforge.Client) -> None:
     assert again.key == k.key and again.cache is None
     assert again.abi == k.abi
     assert "g++" in again.log()
+
+
+def test_autotune_ranks_the_choices(client: kforge.Client) -> None:
+    choices = client.template("gemm")["backends"]["cpu"]["default_choices"][:2]
+    ranking = client.autotune(backend="cpu", template="gemm", inputs=GEMM["inputs"],
+                              output=GEMM["output"], choices=choices,
+                              benchmark={"budget_ms": 10})
+    assert sorted(c["rank"] for c in ranking["choices"]) == [1, 2]
+    assert ranking["winner"]["params"] in choices
+    assert client.kernel(ranking["winner"]["key"]).name == ranking["winner"]["kernel_name"]
