@@ -1,3 +1,3 @@
-"""The package version (pyproject.toml reads it from here)."""
+"""The package version (the build backend, _build/kforge_build.py, reads it from here)."""
 
 __version__ = "0.1.0"
