@@ -10,10 +10,10 @@ namespace {
 // Checks the {id} path parameter; the job, or an answered 400/404 and null.
 std::shared_ptr<core::Job> find_job(const core::JobQueue& jobs, const httplib::Request& req,
                                     httplib::Response& res) {
-  static const std::regex kId("j[0-9]{1,20}");
+  static const std::regex kId("j[0-9]{1,20}(-[a-z0-9]{1,32})?");
   const std::string id = req.matches[1];
   if (!std::regex_match(id, kId)) {
-    send_problem(res, problem_json(400, "a job id is `j` and digits, as /jobs lists them", "/id"));
+    send_problem(res, problem_json(400, "a job id is `j`, digits and, in a cluster, `-<instance>`, as /jobs lists them", "/id"));
     return nullptr;
   }
   auto job = jobs.find(id);

@@ -22,7 +22,38 @@ const char* content_type(std::string_view url) {
   return "text/html; charset=utf-8";
 }
 
+// The shared tier's series (only with --redis).
+std::string shared_tier_metrics(const core::RedisTier& remote) {
+  const core::RemoteCounters c = remote.counters();
+  std::string out =
+      "# HELP kforge_shared_tier_up Whether the shared tier (Redis) answered last time it was asked.\n"
+      "# TYPE kforge_shared_tier_up gauge\nkforge_shared_tier_up " + std::to_string(remote.up() ? 1 : 0) + "\n"
+      "# HELP kforge_shared_tier_total Shared-tier events: hit (entry copied in), miss, put (entry shared), "
+      "error (a failed connection or command), corrupt (a blob that failed its hash: deleted), too_big, "
+      "lease_wait (a build waited for another instance), lease_takeover (then built it itself).\n"
+      "# TYPE kforge_shared_tier_total counter\n";
+  const std::pair<const char*, uint64_t> series[] = {
+      {"hit", c.hits},       {"miss", c.misses},          {"put", c.puts},
+      {"error", c.errors},   {"corrupt", c.corrupt},      {"too_big", c.too_big},
+      {"lease_wait", c.lease_waits}, {"lease_takeover", c.lease_takeovers}};
+  for (const auto& [name, v] : series)
+    out += "kforge_shared_tier_total{event=\"" + std::string(name) + "\"} " + std::to_string(v) + "\n";
+  return out;
+}
+
 }  // namespace
+
+nlohmann::json Server::instance_status() const {
+  const nlohmann::json cache = metrics_.cache_json();
+  return {{"id", config_.instance},
+          {"url", config_.advertise_url},
+          {"version", KFORGE_VERSION},
+          {"pid", ::getpid()},
+          {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+          {"queue", {{"depth", jobs_.depth()}, {"max", jobs_.max_queue()}, {"workers", jobs_.workers()}, {"busy", jobs_.busy()}}},
+          {"cache", cache},
+          {"compiler_runs", svc_.builder.compiler_runs()}};
+}
 
 void Server::status_routes() {
   auto toolchains_json = [this] {
@@ -62,6 +93,11 @@ void Server::status_routes() {
                {"auth", {{"enabled", svc_.auth.enabled()}}},
                {"tls", tls()},
                {"backends", toolchains_json()},
+               {"instance", instance_status()},
+               {"cluster", svc_.builder.remote()
+                               ? nlohmann::json{{"shared_tier", svc_.builder.remote()->to_json()},
+                                                {"instances", svc_.builder.remote()->instances()}}
+                               : nlohmann::json(nullptr)},
                {"cache", cache},
                {"queue",
                 {{"depth", jobs_.depth()},
@@ -88,11 +124,17 @@ void Server::status_routes() {
             compiler = compiler || svc_.toolchains.get(b).available;
           const bool room = jobs_.depth() < jobs_.max_queue();
           const bool ready = writable && compiler && room;
+          // A down shared tier degrades (local tier and local compiles) but does not stop
+          // this instance: it stays ready.
+          core::RedisTier* remote = svc_.builder.remote();
+          const bool shared_up = !remote || remote->probe();
+          nlohmann::json checks = {{"cache_writable", writable}, {"a_compiler", compiler}, {"queue_room", room}};
+          if (remote) checks["shared_tier"] = shared_up;
           send_json(
               res,
               {{"ready", ready},
-               {"checks",
-                {{"cache_writable", writable}, {"a_compiler", compiler}, {"queue_room", room}}}},
+               {"status", !ready ? "failed" : shared_up ? "ok" : "degraded"},
+               {"checks", checks}},
               ready ? 200 : 503);
         });
 
@@ -110,7 +152,9 @@ void Server::status_routes() {
           g.compiler_runs = svc_.builder.compiler_runs();
           g.benchmark_runs = svc_.bencher.runs();
           g.sandbox_failures = svc_.sandbox.failures();
-          res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
+          std::string text = metrics_.render(g);
+          if (core::RedisTier* remote = svc_.builder.remote()) text += shared_tier_metrics(*remote);
+          res.set_content(text, "text/plain; version=0.0.4");
         });
 
   route("GET", "/openapi.json", "/openapi.json", Role::kNone,

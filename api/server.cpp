@@ -76,7 +76,8 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
   }
   if (m.contains("code_objects")) j["code_objects"] = m["code_objects"];
   if (m.contains("template")) j["template"] = m["template"];
-  if (m.contains("export")) j["export"] = m["export"];  // {name, of: the name-independent key, steps}
+  if (m.contains("export")) j["export"] = m["export"];
+  if (!m.value("built_by", "").empty()) j["built_by"] = m["built_by"];  // the cluster instance  // {name, of: the name-independent key, steps}
   if (m.contains("expires_at")) j["expires_at"] = m["expires_at"];
   return j;
 }
@@ -84,7 +85,7 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
 Server::Server(ServerConfig config, Services services)
     : config_(std::move(config)),
       svc_(services),
-      jobs_({config_.compile_jobs, config_.max_queue, config_.job_history},
+      jobs_({config_.compile_jobs, config_.max_queue, config_.job_history, config_.instance},
             [this](const core::Job& job) {
               nlohmann::json j = job.to_json(false);
               log_line({{"event", "job"},

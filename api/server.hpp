@@ -60,6 +60,8 @@ struct ServerConfig {
   uint64_t cache_max_bytes = 0;   // 0: unbounded
   std::string tls_cert, tls_key;  // both set: HTTPS
   std::filesystem::path web_dir;  // serve the status page from here instead of the binary
+  std::string instance;           // this instance's id in a cluster (--instance-id)
+  std::string advertise_url;      // where other instances and nginx reach it
 };
 
 // What the server is wired to (built by main).
@@ -86,6 +88,10 @@ class Server {
   void run();                // blocks until stop()
   void stop();
   bool tls() const { return !config_.tls_cert.empty(); }
+
+  // This instance as the cluster registry shows it: id, version, queue, cache outcomes.
+  nlohmann::json instance_status() const;
+  void set_advertise_url(std::string url) { config_.advertise_url = std::move(url); }
 
   // (method, OpenAPI path) of every registered route.
   const std::vector<std::pair<std::string, std::string>>& route_table() const { return routes_; }

@@ -1,6 +1,8 @@
 #include "core/build.hpp"
 
+#include <condition_variable>
 #include <csignal>
+#include <thread>
 
 #include <sstream>
 
@@ -209,8 +211,8 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   };
   // The request key: a repeated request is answered without rendering.
   t = Clock::now();
-  if (auto key = store_.lookup_request(plan.prepared.request_key)) {
-    if (auto m = store_.lookup(*key)) {
+  if (auto key = find_request(plan.prepared.request_key)) {
+    if (auto m = find(*key)) {
       plan.phases_ms["lookup"] = ms_since(t);
       return answer(std::move(*m));
     }
@@ -222,13 +224,13 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   plan.kernel = std::move(*kernel);
   plan.phases_ms["render"] = ms_since(t);
   const RenderedKernel& k = *plan.kernel;
-  if (auto m = store_.lookup(k.answer_key())) {
-    if (auto r = store_.put_request(plan.prepared.request_key, k.answer_key()); !r)
+  if (auto m = find(k.answer_key())) {
+    if (auto r = remember_request(plan.prepared.request_key, k.answer_key()); !r)
       return std::unexpected(r.error());
     return answer(std::move(*m));
   }
   if (!k.export_name.empty()) {  // the same source failed under another name
-    if (auto m = store_.lookup(k.key); m && m->value("status", "") == "failed") return answer(std::move(*m));
+    if (auto m = find(k.key); m && m->value("status", "") == "failed") return answer(std::move(*m));
   }
   return plan;
 }
@@ -239,26 +241,27 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   const RenderedKernel& k = *plan.kernel;
   BuildResult out{nullptr, "miss", plan.phases_ms};
   // Another process sharing the cache may have built it since the plan was made.
-  if (auto m = store_.lookup(k.answer_key())) {
+  if (auto m = find(k.answer_key())) {
     out.manifest = std::move(*m);
     out.cache = "hit";
   } else {
     nlohmann::json base;
     bool compiled = false;
-    if (auto m = store_.lookup(k.key)) {
+    bool joined = false;
+    if (auto m = find(k.key)) {
       base = std::move(*m);
     } else {
-      auto built = compile(plan.prepared, k, out.phases_ms);
+      auto built = compile_once(plan.prepared, k, out.phases_ms, joined);
       if (!built) {
         misses_++;
         return std::unexpected(built.error());
       }
       base = std::move(*built);
-      compiled = true;
+      compiled = !joined;
     }
     if (k.export_name.empty() || base.value("status", "") == "failed") {
       out.manifest = std::move(base);
-      out.cache = compiled ? "miss" : "hit";
+      out.cache = compiled ? "miss" : joined ? "joined" : "hit";
     } else {
       auto exported = export_as(plan.prepared, k, base, out.phases_ms);
       if (!exported) return std::unexpected(exported.error());
@@ -268,12 +271,82 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   }
   (out.cache == "miss" ? misses_ : hits_)++;
   if (out.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(out));
-  if (auto r = store_.put_request(plan.prepared.request_key, out.manifest["key"].get<std::string>()); !r)
+  if (auto r = remember_request(plan.prepared.request_key, out.manifest["key"].get<std::string>()); !r)
     return std::unexpected(r.error());
   double total = ms_since(t0);
   for (const char* p : {"validate", "lookup", "render"}) total += plan.phases_ms.value(p, 0.0);
   out.phases_ms["total"] = total;
   return out;
+}
+
+std::optional<nlohmann::json> Builder::find(const std::string& key) {
+  if (auto m = store_.lookup(key)) return m;
+  if (remote_) return remote_->fetch(key, store_);
+  return std::nullopt;
+}
+
+std::optional<std::string> Builder::find_request(const std::string& rkey) {
+  if (auto key = store_.lookup_request(rkey)) return key;
+  if (!remote_) return std::nullopt;
+  auto key = remote_->get_request(rkey);
+  if (key) (void)store_.put_request(rkey, *key);
+  return key;
+}
+
+Result<void> Builder::remember_request(const std::string& rkey, const std::string& key) {
+  if (remote_) remote_->put_request(rkey, key);
+  return store_.put_request(rkey, key);
+}
+
+Result<nlohmann::json> Builder::shared(Result<nlohmann::json> published) {
+  if (published && remote_) remote_->share(*published, store_);
+  return published;
+}
+
+Result<nlohmann::json> Builder::compile_once(const PreparedRequest& prepared, const RenderedKernel& kernel,
+                                             nlohmann::json& phases, bool& joined) {
+  joined = false;
+  if (!remote_) return compile(prepared, kernel, phases);
+  // Single flight across the cluster: the lease holder compiles; the others wait for its
+  // manifest. A holder that dies stops renewing, its lease expires, and a waiter takes over.
+  const auto ttl = config_.lease_ttl;
+  bool waited = false;
+  while (!remote_->acquire(kernel.key, ttl)) {
+    if (!waited) remote_->count_lease_wait();
+    waited = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    if (auto m = find(kernel.key)) {
+      joined = true;
+      return *m;
+    }
+  }
+  if (waited) remote_->count_lease_takeover();
+  struct Holder {  // renews the lease while the compiler runs; releases it after
+    RedisTier& remote;
+    const std::string& key;
+    std::chrono::milliseconds ttl;
+    std::jthread renewer;
+    Holder(RedisTier& r, const std::string& k, std::chrono::milliseconds t)
+        : remote(r), key(k), ttl(t), renewer([this](std::stop_token stop) {
+            std::mutex m;
+            std::condition_variable_any cv;
+            std::unique_lock lock(m);
+            while (!stop.stop_requested()) {
+              cv.wait_for(lock, stop, ttl / 3, [] { return false; });
+              if (!stop.stop_requested()) remote.renew(key, ttl);
+            }
+          }) {}
+    ~Holder() {
+      renewer.request_stop();
+      renewer.join();
+      remote.release(key);
+    }
+  } holder(*remote_, kernel.key, ttl);
+  if (auto m = find(kernel.key)) {  // published between our lookup and the lease
+    joined = true;
+    return *m;
+  }
+  return compile(prepared, kernel, phases);
 }
 
 Result<ProcessResult> Builder::run_step(const PreparedRequest& prepared, const std::vector<std::string>& argv,
@@ -347,7 +420,7 @@ Result<nlohmann::json> Builder::export_as(const PreparedRequest& prepared, const
   phases["export"] = ms_since(t);
   manifest["export"] = {{"name", kernel.export_name}, {"of", kernel.key}, {"steps", steps},
                         {"seconds", phases["export"].get<double>() / 1000.0}};
-  return store_.publish(*staging, kernel.export_key, manifest);
+  return shared(store_.publish(*staging, kernel.export_key, manifest));
 }
 
 Result<BuildResult> Builder::build(const KernelRequest& req) {
@@ -408,6 +481,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
 
   nlohmann::json manifest = {
       {"kernel_name", abi.symbol},
+      {"built_by", config_.instance},
       {"backend", backend_name(req.backend)},
       {"archs", archs},
       {"source_file", src_name},
@@ -448,7 +522,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
     }
     manifest["status"] = "failed";
     manifest["expires_at"] = store_.now_seconds() + config_.negative_ttl.count();
-    auto published = store_.publish(*staging, key, manifest);
+    auto published = shared(store_.publish(*staging, key, manifest));
     Error e = Error::make(ErrorKind::kCompileFailed,
                           "compilation failed: the compiler " + failed->describe());
     e.extra = {{"key", key}, {"cache", "miss"}, {"argv", steps.front().argv}, {"log", log}};
@@ -464,7 +538,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
   manifest["status"] = "ok";
   manifest["compile"] = compile_info;
   t = Clock::now();
-  auto published = store_.publish(*staging, key, manifest);
+  auto published = shared(store_.publish(*staging, key, manifest));
   phases["publish"] = ms_since(t);
   return published;
 }

@@ -17,6 +17,7 @@
 
 #include "core/abi.hpp"
 #include "core/process.hpp"
+#include "core/remote_tier.hpp"
 #include "core/request.hpp"
 #include "core/store.hpp"
 #include "core/templates/template.hpp"
@@ -28,11 +29,17 @@ struct BuildConfig {
   std::chrono::milliseconds compile_timeout{std::chrono::minutes(5)};
   size_t output_cap = 4 << 20;
   std::chrono::seconds negative_ttl{600};
+  std::string instance;  // recorded in each manifest as "built_by"
+  // Shared tier: how long a build lease lives unless renewed (a dead builder's lease
+  // expires after it, and a waiter takes the build over).
+  std::chrono::milliseconds lease_ttl{std::chrono::seconds(30)};
 };
 
 struct BuildResult {
   nlohmann::json manifest;
-  std::string cache;  // "hit", "miss", or "renamed" (compiled before under another name: linked now)
+  // "hit", "miss", "renamed" (compiled before under another name: linked now), or "joined"
+  // (another instance of the cluster built it while this one waited on its lease)
+  std::string cache;
   nlohmann::json phases_ms = nlohmann::json::object();  // time spent in each phase
 };
 
@@ -108,6 +115,10 @@ class Builder {
   Result<PreparedRequest> prepare(const KernelRequest& req) const;
   Result<RenderedKernel> render(const PreparedRequest& prepared) const;
 
+  // The shared tier (Redis), asked on a local miss and given every publish; null: none.
+  void set_remote(RedisTier* remote) { remote_ = remote; }
+  RedisTier* remote() const { return remote_; }
+
   uint64_t compiler_runs() const { return compiler_runs_.load(); }
   uint64_t hits() const { return hits_.load(); }
   uint64_t misses() const { return misses_.load(); }
@@ -118,6 +129,16 @@ class Builder {
   // Publishes the export entry: the kernel's kernel.o with its symbol renamed, relinked.
   Result<nlohmann::json> export_as(const PreparedRequest& prepared, const RenderedKernel& kernel,
                                    const nlohmann::json& base, nlohmann::json& phases);
+  // The entry `key` from the local tier, else from the shared tier (copied into the local one).
+  std::optional<nlohmann::json> find(const std::string& key);
+  std::optional<std::string> find_request(const std::string& rkey);
+  Result<void> remember_request(const std::string& rkey, const std::string& key);
+  // A published entry goes to the shared tier too.
+  Result<nlohmann::json> shared(Result<nlohmann::json> published);
+  // Compiles `kernel` unless another instance holding its lease builds it first (then
+  // `joined` is set and its manifest returned).
+  Result<nlohmann::json> compile_once(const PreparedRequest& prepared, const RenderedKernel& kernel,
+                                      nlohmann::json& phases, bool& joined);
   // Runs one step in `dir` under the sandbox; appends to `log` and `steps`.
   Result<ProcessResult> run_step(const PreparedRequest& prepared, const std::vector<std::string>& argv,
                                  const std::filesystem::path& dir, std::string& log, nlohmann::json& steps);
@@ -126,6 +147,7 @@ class Builder {
   DiskStore& store_;
   BuildConfig config_;
   Spawner spawn_;
+  RedisTier* remote_ = nullptr;
   std::atomic<uint64_t> compiler_runs_{0};
   std::atomic<uint64_t> hits_{0};
   std::atomic<uint64_t> misses_{0};

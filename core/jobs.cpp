@@ -145,7 +145,8 @@ JobQueue::~JobQueue() {
 std::shared_ptr<Job> JobQueue::make_job(nlohmann::json info) {
   char id[32];
   std::snprintf(id, sizeof id, "j%06llu", static_cast<unsigned long long>(next_id_++));
-  auto job = std::make_shared<Job>(id, std::move(info), observer_);
+  auto job = std::make_shared<Job>(config_.instance.empty() ? std::string(id) : id + ("-" + config_.instance),
+                                   std::move(info), observer_);
   history_.push_front(job);
   by_id_[job->id()] = job;
   while (history_.size() > config_.history) {

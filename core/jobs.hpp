@@ -77,6 +77,9 @@ struct JobQueueConfig {
   size_t workers = 2;
   size_t max_queue = 64;
   size_t history = 512;
+  // In a cluster, job ids end in "-<instance>" (j000007-a), so that a proxy routes a job's
+  // follow-up requests (GET /jobs/{id}, its events) to the instance that holds it.
+  std::string instance;
 };
 
 class JobQueue {

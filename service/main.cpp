@@ -4,9 +4,12 @@
 //   kforge toolchains [--server URL]
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -71,6 +74,11 @@ constexpr SettingSpec kServeSettings[] = {
     {"negative-ttl", "600", "how long a compile error stays cached, s"},
     {"bench-timeout", "120", "wall-clock limit per benchmark run, s"},
     {"runner-dir", "", "where kforge-runner-{cpu,cuda,rocm} are [beside kforge]"},
+    {"redis", "", "redis://[:password@]HOST:PORT[/DB]: the shared cache tier of a cluster (docs/SCALING.md)"},
+    {"redis-max-blob", "67108864", "largest file shared through Redis, bytes; larger kernels stay local"},
+    {"redis-lease-ttl", "30", "a build lease's lifetime unless renewed, s (a dead builder's work is taken over after it)"},
+    {"instance-id", "", "this instance's id in a cluster, [a-z0-9]{1,32} [derived from host name and port]"},
+    {"advertise-url", "", "where this instance is reached, as the cluster registry shows it [its listening URL]"},
     {"library", "", "NAME=PATH: a header library requests may include (options.includes); repeat or separate with ,"},
     {"sandbox", "auto", "auto | bwrap | none: how compilers and runners are confined"},
     {"sandbox-uid", "65534", "uid:gid (or uid) compilers and runners run as when kforge is root"},
@@ -259,6 +267,22 @@ int serve(const Args& a) {
   cfg.tls_cert = get("tls-cert");
   cfg.tls_key = get("tls-key");
   cfg.web_dir = get("web-dir");
+  if (!get("redis").empty() || !get("instance-id").empty()) {  // a cluster member has an id
+    cfg.instance = get("instance-id");
+    if (cfg.instance.empty()) {  // the host name's letters and digits, and the port (or pid)
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      for (char* c = host; *c && cfg.instance.size() < 20; ++c)
+        if (std::isalnum(static_cast<unsigned char>(*c))) cfg.instance += static_cast<char>(std::tolower(*c));
+      cfg.instance += cfg.port ? "p" + std::to_string(cfg.port) : "x" + std::to_string(::getpid());
+    }
+    const bool ok = cfg.instance.size() <= 32 &&
+                    cfg.instance.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789") == std::string::npos;
+    if (!ok) {
+      std::cerr << "kforge serve: --instance-id is 1 to 32 of [a-z0-9]\n";
+      return 2;
+    }
+  }
   if (cfg.tls_cert.empty() != cfg.tls_key.empty()) {
     std::cerr << "kforge serve: --tls-cert and --tls-key go together\n";
     return 2;
@@ -360,7 +384,25 @@ int serve(const Args& a) {
     return 2;
   }
   std::cerr << "kforge: sandbox " << sandbox->mode_name() << " (" << sandbox->reason() << ")\n";
+  std::unique_ptr<core::RedisTier> remote;
+  if (const std::string redis = get("redis"); !redis.empty()) {
+    auto url = core::RedisUrl::parse(redis);
+    if (!url) {
+      std::cerr << "kforge serve: " << url.error().message << "\n";
+      return 2;
+    }
+    core::RedisTier::Options ro;
+    ro.url = *url;
+    ro.instance = cfg.instance;
+    ro.max_blob = num("redis-max-blob");
+    remote = std::make_unique<core::RedisTier>(ro);
+    std::cerr << "kforge: shared tier " << url->redacted() << " as instance " << cfg.instance
+              << (remote->probe() ? " (up)" : " (down: serving from the local tier until it answers)") << "\n";
+  }
+  bcfg.instance = cfg.instance;
+  bcfg.lease_ttl = std::chrono::seconds(std::max<long long>(2, num("redis-lease-ttl")));
   core::Builder builder(toolchains, *store, bcfg, sandbox->spawner());
+  builder.set_remote(remote.get());
   const std::string runner_setting = get("runner-dir");
   const fs::path runner_dir =
       runner_setting.empty() ? core::executable_dir() : fs::path(runner_setting);
@@ -384,6 +426,18 @@ int serve(const Args& a) {
   }
   const std::string url =
       std::string(server.tls() ? "https" : "http") + "://" + cfg.host + ":" + std::to_string(*port);
+  server.set_advertise_url(get("advertise-url").empty() ? url : get("advertise-url"));
+  // The cluster registry: a heartbeat every 2 s that expires after 10 s without one.
+  std::jthread heartbeat;
+  if (remote) {
+    heartbeat = std::jthread([&](std::stop_token stop) {
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock lock(m);
+      do remote->heartbeat(server.instance_status(), std::chrono::seconds(10));
+      while (!cv.wait_for(lock, stop, std::chrono::seconds(2), [] { return false; }) && !stop.stop_requested());
+    });
+  }
   std::cout
       << "listening on " << url << "\n"
       << "status page: " << url << "/\n"

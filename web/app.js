@@ -293,13 +293,35 @@ function chartFigure(caption, canvas) {
   return h('figure', {}, h('figcaption', {}, caption), h('div', { class: 'chart-box' }, canvas));
 }
 
+// The cluster (kforge serve --redis): the shared tier and every registered instance.
+function clusterSection(s) {
+  if (!s.cluster) return [];
+  const tier = s.cluster.shared_tier ?? {};
+  const rows = (s.cluster.instances ?? []).sort((a, b) => a.id.localeCompare(b.id)).map((i) =>
+    h('tr', { class: 'instance', data: { instance: i.id } },
+      h('td', {}, i.id === s.instance?.id ? h('strong', {}, i.id) : i.id),
+      h('td', {}, i.url ?? ''), h('td', {}, i.version ?? ''),
+      h('td', {}, `${i.queue?.depth ?? 0} / ${i.queue?.max ?? 0}`),
+      h('td', {}, `${i.queue?.busy ?? 0} / ${i.queue?.workers ?? 0}`),
+      h('td', {}, String(i.cache?.hits ?? 0)), h('td', {}, String(i.cache?.misses ?? 0)),
+      h('td', {}, fmt.duration(i.uptime_s ?? 0))));
+  return [h('h2', {}, 'Cluster'),
+    h('p', { class: 'shared-tier' }, `Shared tier ${tier.url ?? ''}: `, badge(tier.up ? 'up' : 'down'),
+      ` hits ${tier.counters?.hits ?? 0}, misses ${tier.counters?.misses ?? 0}, shared ${tier.counters?.puts ?? 0},`
+      + ` corrupt ${tier.counters?.corrupt ?? 0}, lease waits ${tier.counters?.lease_waits ?? 0}`),
+    h('table', { class: 'instances' },
+      h('thead', {}, h('tr', {}, ...['instance', 'url', 'version', 'queue', 'busy', 'hits', 'misses', 'up'].map((t) => h('th', {}, t)))),
+      h('tbody', {}, ...rows))];
+}
+
 function renderOverview(view) {
   const figures = h('dl', { class: 'figures' });
   const hint = emptyCacheHint();
   const backends = h('div', { class: 'backends' });
+  const cluster = h('section', { class: 'cluster' });
   const compileCanvas = h('canvas', { id: 'chart-compile' });
   const hitCanvas = h('canvas', { id: 'chart-hit-rate' });
-  view.append(figures, hint, h('h2', {}, 'Backends'), backends,
+  view.append(figures, hint, cluster, h('h2', {}, 'Backends'), backends,
     h('div', { class: 'charts' },
       chartFigure('Compile time, last hour', compileCanvas),
       chartFigure('Cache hit rate per minute, last hour', hitCanvas)));
@@ -308,6 +330,7 @@ function renderOverview(view) {
     figures.replaceChildren(...overviewFigures(s));
     hint.hidden = s.cache?.entries !== 0;
     backends.replaceChildren(...BACKENDS.map((name) => backendCard(name, s.backends?.[name])));
+    cluster.replaceChildren(...clusterSection(s));
     drawSeries(compileCanvas, hitCanvas, s);
   });
   renderJobs(view);
@@ -417,6 +440,7 @@ function kernelHeader(k) {
   const meta = [
     ['key', k.key],
     ['backend', `${k.backend} ${(k.archs ?? []).join(', ')}`],
+    ['built by', k.built_by && `instance ${k.built_by}`],
     ['template', k.template && `${k.template.name ?? k.template.template} ${summarize(k.template.params).join(' ')}`],
     ['tensors', k.template?.inputs && [...k.template.inputs, k.template.output].map(tensorText).join(', ')],
     ['artifact', k.artifact && h('span', {}, h('a', { href: k.artifact.url, download: `${k.kernel_name}.so` }, `${k.kernel_name}.so`),

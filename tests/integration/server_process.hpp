@@ -32,6 +32,26 @@ class ServerProcess {
   std::string url_;
 };
 
+// Any other program a test needs running beside it (redis-server, nginx): started with its
+// output in `log`, stopped with SIGTERM (or kill()) when the object goes.
+class ChildProcess {
+ public:
+  ChildProcess(std::vector<std::string> argv, const std::filesystem::path& log);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  void kill(int sig);  // and waits for it
+  bool alive() const;
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// A TCP port nothing listens on now (bound and released; the usual small race).
+int free_port();
+// Waits until something accepts connections on 127.0.0.1:port (false after `timeout_ms`).
+bool wait_for_port(int port, int timeout_ms = 10000);
+
 struct Reply {
   int status = 0;
   nlohmann::json body;
