@@ -75,6 +75,16 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
         return j;
       }
     }
+    // Another instance of the cluster, on the same kind of device, measured it.
+    if (RedisTier* remote = builder_.remote()) {
+      if (auto j = remote->get_autotune(akey)) {
+        std::error_code ec;
+        fs::create_directories(cached.parent_path(), ec);
+        (void)write_file_atomic(cached, j->dump(2));
+        (*j)["cache"] = "hit";
+        return *j;
+      }
+    }
   }
 
   // Compile every choice at once: compile_ bounds how many compilers really run.
@@ -222,6 +232,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     std::error_code ec;
     fs::create_directories(cached.parent_path(), ec);
     (void)write_file_atomic(cached, out.dump(2));
+    if (RedisTier* remote = builder_.remote()) remote->put_autotune(akey, out);
     // Each timed choice keeps the ranking it took part in, for its page on the status page.
     for (const auto& e : ranked) {
       if (e.contains("key")) (void)write_file_atomic(store_.entry_dir(e["key"]) / "autotune.json", out.dump(2));

@@ -259,6 +259,18 @@ void RedisTier::put_request(const std::string& rkey, const std::string& key) {
   command({"SET", k("request", rkey), key});
 }
 
+std::optional<nlohmann::json> RedisTier::get_autotune(const std::string& akey) {
+  auto r = command({"GET", k("autotune", akey)});
+  if (!r || !r->ok() || r->nil()) return std::nullopt;
+  auto j = nlohmann::json::parse(r->str, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("autotune_key", "") != akey) return std::nullopt;
+  return j;
+}
+
+void RedisTier::put_autotune(const std::string& akey, const nlohmann::json& ranking) {
+  command({"SET", k("autotune", akey), ranking.dump()});
+}
+
 bool RedisTier::acquire(const std::string& key, std::chrono::milliseconds ttl) {
   auto r = command({"SET", k("lease", key), owner_token(), "NX", "PX", std::to_string(ttl.count())});
   if (!r) return true;  // Redis down: no one coordinates, build here

@@ -9,6 +9,7 @@
 //                       negative entries carry a TTL (their expires_at)
 //   request:<rkey>      the request-key memo: the kernel key a request resolves to
 //   lease:<key>         who builds <key> now (SET NX PX, renewed while building)
+//   autotune:<akey>     an autotune ranking (its winner), for instances with the same device
 //   instance:<id>       each instance's heartbeat and status (expires when it stops)
 // Write order: every blob of an entry, then its manifest, so a reader that sees a manifest
 // finds its blobs — unless Redis evicted one since, which the reader sees as a miss (a blob
@@ -75,6 +76,11 @@ class RedisTier {
   void share(const nlohmann::json& manifest, DiskStore& store);
   std::optional<std::string> get_request(const std::string& rkey);
   void put_request(const std::string& rkey, const std::string& key);
+
+  // Autotune rankings (by autotune key, which covers the device): a measured winner is
+  // shared with every instance that has the same device.
+  std::optional<nlohmann::json> get_autotune(const std::string& akey);
+  void put_autotune(const std::string& akey, const nlohmann::json& ranking);
 
   // Build leases (single-flight across instances). acquire() is true when this instance
   // now holds the lease (or Redis is down: then everyone builds for itself).

@@ -187,6 +187,25 @@ TEST_F(Cluster, AKernelBuiltOnOneInstanceIsAHitOnTheOthers) {
   EXPECT_EQ(get(*servers_["b"], "/readyz").body["status"], "ok");
 }
 
+TEST_F(Cluster, AnAutotuneRankingIsSharedWithInstancesOfTheSameDevice) {
+  json req = {{"backend", "cpu"},
+              {"arch", "x86-64"},
+              {"template", "gemm"},
+              {"inputs", {{{"name", "A"}, {"dtype", "float32"}, {"sizes", {64, 48}}}, {{"name", "B"}, {"dtype", "float32"}, {"sizes", {48, 32}}}}},
+              {"output", {{"name", "C"}, {"dtype", "float32"}, {"sizes", {64, 32}}}},
+              {"choices", {{{"mr", 4}}, {{"mr", 2}}}},
+              {"benchmark", {{"budget_ms", 5}}}};
+  auto a = post_json(*servers_["a"], "/autotune", req.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_EQ(a.body["cache"], "miss");
+  auto b = post_json(*servers_["b"], "/autotune", req.dump());
+  ASSERT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(b.body["cache"], "hit");
+  EXPECT_EQ(b.body["winner"]["key"], a.body["winner"]["key"]);
+  EXPECT_EQ(metric(*servers_["b"], "kforge_benchmark_runs_total"), 0);
+  EXPECT_EQ(runs("b"), 0);
+}
+
 TEST_F(Cluster, IdenticalColdRequestsAcrossInstancesCostOneCompile) {
   const std::string body = slow_request(5);
   std::vector<std::future<Reply>> answers;
