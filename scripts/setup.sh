@@ -14,7 +14,7 @@ PACKAGES=(
   hipcc libamdhip64-dev llvm-15 clang-tools-15
   libffi-dev libopenblas-dev bubblewrap
   libjs-chart.js libjs-highlight.js chromium nodejs clang-19 libclang-rt-19-dev
-  python3 python3-numpy python3-pytest curl libhiredis-dev redis-server nginx-light
+  python3 python3-numpy python3-pytest curl libhiredis-dev redis-server nginx-light wrk
 )
 
 missing=()
@@ -26,7 +26,17 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
+  # redis-server and nginx are run by kforge's tests and benches themselves, never as system
+  # services: policy-rc.d keeps their packages from starting one (which fails where there is
+  # no init, or where port 80 is taken) while they are installed.
+  added_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod +x /usr/sbin/policy-rc.d
+    added_policy=1
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  [ -n "$added_policy" ] && $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 
 # The browser test needs npm; Node from elsewhere (NodeSource) brings its own, Debian's
