@@ -375,13 +375,7 @@ Result<nlohmann::json> Builder::export_as(const PreparedRequest& prepared, const
   DiskStore::Pin pin(store_, kernel.key);  // its kernel.o is read below
   auto staging = store_.make_staging();
   if (!staging) return std::unexpected(staging.error());
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{*staging};
+  RemoveOnExit cleanup{*staging};  // unless published (renamed away)
   const auto t = Clock::now();
   const fs::path from = store_.entry_dir(kernel.key);
   std::error_code ec;
@@ -438,13 +432,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
   const std::string& key = kernel.key;
   auto staging = store_.make_staging();
   if (!staging) return std::unexpected(staging.error());
-  struct Cleanup {  // the staging dir is gone unless publish() renamed it away
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{*staging};
+  RemoveOnExit cleanup{*staging};  // unless published (renamed away)
 
   const Abi& abi = kernel.abi;
   const std::string src_name = "source." + std::string(source_extension(req.backend));

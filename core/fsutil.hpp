@@ -20,4 +20,17 @@ Result<void> fsync_path(const std::filesystem::path& path);  // a file or a dire
 // A unique name for temporaries: pid, thread and a counter.
 std::string unique_suffix();
 
+// Removes a directory tree when it goes out of scope (a staging directory that was not
+// published, i.e. renamed away).
+struct RemoveOnExit {
+  std::filesystem::path dir;
+  explicit RemoveOnExit(std::filesystem::path d) : dir(std::move(d)) {}
+  RemoveOnExit(const RemoveOnExit&) = delete;
+  RemoveOnExit& operator=(const RemoveOnExit&) = delete;
+  ~RemoveOnExit() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
 }  // namespace kforge::core

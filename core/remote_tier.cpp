@@ -14,6 +14,21 @@ namespace kforge::core {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// One command in argv form (binary-safe); the reply (owned by the caller) or null.
+redisReply* run_argv(redisContext* c, const std::vector<std::string>& argv) {
+  std::vector<const char*> p;
+  std::vector<size_t> n;
+  for (const auto& a : argv) {
+    p.push_back(a.data());
+    n.push_back(a.size());
+  }
+  return static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), p.data(), n.data()));
+}
+
+}  // namespace
+
 struct RedisTier::Reply {
   int type = REDIS_REPLY_NIL;
   std::string str;  // STRING, STATUS, ERROR
@@ -112,14 +127,8 @@ redisContext* RedisTier::connect() {
     return nullptr;
   }
   redisSetTimeout(c, tv);
-  auto setup = [&](std::vector<std::string> argv) {
-    std::vector<const char*> p;
-    std::vector<size_t> n;
-    for (const auto& a : argv) {
-      p.push_back(a.data());
-      n.push_back(a.size());
-    }
-    auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), p.data(), n.data()));
+  auto setup = [&](const std::vector<std::string>& argv) {
+    redisReply* r = run_argv(c, argv);
     const bool ok = r && r->type != REDIS_REPLY_ERROR;
     std::string why = r && r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : (c->err ? c->errstr : "");
     if (r) freeReplyObject(r);
@@ -154,13 +163,7 @@ std::optional<RedisTier::Reply> RedisTier::command(const std::vector<std::string
     }
   }
   if (!c && !(c = connect())) return std::nullopt;
-  std::vector<const char*> p;
-  std::vector<size_t> n;
-  for (const auto& a : argv) {
-    p.push_back(a.data());
-    n.push_back(a.size());
-  }
-  auto* r = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(argv.size()), p.data(), n.data()));
+  redisReply* r = run_argv(c, argv);
   if (!r) {
     mark_down(c->errstr);
     redisFree(c);
@@ -191,13 +194,7 @@ std::optional<nlohmann::json> RedisTier::fetch(const std::string& key, DiskStore
   }
   auto staging = store.make_staging();
   if (!staging) return std::nullopt;
-  struct Cleanup {
-    fs::path dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{*staging};
+  RemoveOnExit cleanup{*staging};  // unless published (renamed away)
   for (const auto& [name, f] : manifest["files"].items()) {
     const std::string sha = f.value("sha256", "");
     const fs::path dest = (*staging / name).lexically_normal();

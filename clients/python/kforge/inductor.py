@@ -28,11 +28,12 @@ import logging
 import os
 import re
 import shlex
-import tempfile
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .cache import atomic_write
 from .client import Client
 from .errors import CompileError, KforgeError
 
@@ -199,20 +200,7 @@ class Hook:
 
 def _place(src: str, dst: str) -> None:
     """Copies ``src`` to ``dst`` atomically: a reader sees the whole file or none."""
-    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst) or ".", prefix=".kforge-")
-    try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            while chunk := inp.read(1 << 20):
-                out.write(chunk)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, dst)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(Path(dst), Path(src).read_bytes(), 0o755)
 
 
 @dataclass
