@@ -133,8 +133,13 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
     p.req.tmpl =
         std::move(treq.spec);  // parameters now complete: {} and the defaults are one request
   }
+  // A library is named in the request but enters the key by its content: a request that
+  // names a changed library is a new request (the memo never answers with a stale kernel).
+  nlohmann::json libraries = nlohmann::json::array();
+  for (const auto& inc : p.includes) libraries.push_back(inc.spelling);
   nlohmann::json rcanon = {{"format", DiskStore::kFormat},
                            {"identity", tc.identity},
+                           {"libraries", libraries},
                            {"request", p.req.canonical(p.archs)}};
   p.request_key = sha256_hex(rcanon.dump());
   return p;
@@ -201,8 +206,8 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   plan.prepared = std::move(*prepared);
   plan.phases_ms["validate"] = ms_since(t);
 
-  auto answer = [&](nlohmann::json manifest) -> Result<BuildPlan> {
-    BuildResult hit{std::move(manifest), "hit", plan.phases_ms};
+  auto answer = [&](std::shared_ptr<const nlohmann::json> manifest) -> Result<BuildPlan> {
+    BuildResult hit{*manifest, "hit", plan.phases_ms, manifest};
     store_.touch(hit.manifest["key"]);
     hits_++;
     if (hit.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(hit));
@@ -214,7 +219,7 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   if (auto key = find_request(plan.prepared.request_key)) {
     if (auto m = find(*key)) {
       plan.phases_ms["lookup"] = ms_since(t);
-      return answer(std::move(*m));
+      return answer(std::move(m));
     }
   }
   plan.phases_ms["lookup"] = ms_since(t);
@@ -227,10 +232,10 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   if (auto m = find(k.answer_key())) {
     if (auto r = remember_request(plan.prepared.request_key, k.answer_key()); !r)
       return std::unexpected(r.error());
-    return answer(std::move(*m));
+    return answer(std::move(m));
   }
   if (!k.export_name.empty()) {  // the same source failed under another name
-    if (auto m = find(k.key); m && m->value("status", "") == "failed") return answer(std::move(*m));
+    if (auto m = find(k.key); m && m->value("status", "") == "failed") return answer(std::move(m));
   }
   return plan;
 }
@@ -239,7 +244,7 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   if (plan.hit) return *plan.hit;
   const auto t0 = Clock::now();
   const RenderedKernel& k = *plan.kernel;
-  BuildResult out{nullptr, "miss", plan.phases_ms};
+  BuildResult out{nullptr, "miss", plan.phases_ms, nullptr};
   // Another process sharing the cache may have built it since the plan was made.
   if (auto m = find(k.answer_key())) {
     out.manifest = std::move(*m);
@@ -279,10 +284,11 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   return out;
 }
 
-std::optional<nlohmann::json> Builder::find(const std::string& key) {
+std::shared_ptr<const nlohmann::json> Builder::find(const std::string& key) {
   if (auto m = store_.lookup(key)) return m;
-  if (remote_) return remote_->fetch(key, store_);
-  return std::nullopt;
+  if (!remote_) return nullptr;
+  auto fetched = remote_->fetch(key, store_);
+  return fetched ? std::make_shared<const nlohmann::json>(std::move(*fetched)) : nullptr;
 }
 
 std::optional<std::string> Builder::find_request(const std::string& rkey) {

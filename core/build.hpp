@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -41,6 +42,9 @@ struct BuildResult {
   // (another instance of the cluster built it while this one waited on its lease)
   std::string cache;
   nlohmann::json phases_ms = nlohmann::json::object();  // time spent in each phase
+  // A hit: the store's verified manifest itself, the same object until the entry changes
+  // (what an answer cache keys on).
+  std::shared_ptr<const nlohmann::json> verified;
 };
 
 // The key derivation, exposed for tests and for `kforge render`.
@@ -115,6 +119,10 @@ class Builder {
   Result<PreparedRequest> prepare(const KernelRequest& req) const;
   Result<RenderedKernel> render(const PreparedRequest& prepared) const;
 
+  // The verified entry `key` from the local tier, else from the shared tier (copied into
+  // the local one first); null when neither has it.
+  std::shared_ptr<const nlohmann::json> find(const std::string& key);
+
   // The shared tier (Redis), asked on a local miss and given every publish; null: none.
   void set_remote(RedisTier* remote) { remote_ = remote; }
   RedisTier* remote() const { return remote_; }
@@ -129,8 +137,6 @@ class Builder {
   // Publishes the export entry: the kernel's kernel.o with its symbol renamed, relinked.
   Result<nlohmann::json> export_as(const PreparedRequest& prepared, const RenderedKernel& kernel,
                                    const nlohmann::json& base, nlohmann::json& phases);
-  // The entry `key` from the local tier, else from the shared tier (copied into the local one).
-  std::optional<nlohmann::json> find(const std::string& key);
   std::optional<std::string> find_request(const std::string& rkey);
   Result<void> remember_request(const std::string& rkey, const std::string& key);
   // A published entry goes to the shared tier too.

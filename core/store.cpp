@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -86,6 +87,10 @@ fs::path DiskStore::entry_dir(const std::string& key) const {
   return v1_ / "objects" / key.substr(0, 2) / key;
 }
 
+std::string DiskStore::relative_path(const std::string& key, const std::string& name) const {
+  return "v1/objects/" + key.substr(0, 2) + "/" + key + "/" + name;
+}
+
 size_t DiskStore::clear_staging() {
   size_t n = 0;
   std::error_code ec;
@@ -155,7 +160,31 @@ Result<nlohmann::json> DiskStore::publish(const fs::path& staging, const std::st
   return manifest;
 }
 
-std::optional<nlohmann::json> DiskStore::manifest(const std::string& key) {
+std::optional<DiskStore::FileId> DiskStore::identify(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino, uint64_t(st.st_size),
+                int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+                int64_t(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
+
+std::optional<DiskStore::FileId> DiskStore::identify(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return FileId{st.st_dev, st.st_ino, uint64_t(st.st_size),
+                int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+                int64_t(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
+
+bool DiskStore::racy(const FileId& id) const {
+  // The file system's clock, not the test seam: ctime comes from the kernel.
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  return now_ns - std::max(id.mtime_ns, id.ctime_ns) < 1'000'000'000;
+}
+
+std::optional<nlohmann::json> DiskStore::read_manifest(const std::string& key) {
   auto text = read_file(entry_dir(key) / "manifest.json");
   if (!text) return std::nullopt;
   nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
@@ -166,37 +195,131 @@ std::optional<nlohmann::json> DiskStore::manifest(const std::string& key) {
     valid = false;  // a negative entry past its time-to-live
   }
   if (!valid) {
-    remove_entry(key);
+    discard(key);
     return std::nullopt;
   }
   return m;
 }
 
-std::optional<nlohmann::json> DiskStore::lookup(const std::string& key) {
-  auto m = manifest(key);
-  if (!m) return std::nullopt;
-  for (auto it = (*m)["files"].begin(); it != (*m)["files"].end(); ++it) {
-    if (!verify_file(key, *m, it.key())) {
-      remove_entry(key);
-      return std::nullopt;
-    }
+std::shared_ptr<DiskStore::Verified> DiskStore::memoised(const std::string& key) const {
+  auto v = verified_.get(key);
+  if (!v) return nullptr;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now - (*v)->checked_ns.load(std::memory_order_relaxed) < 100'000'000) return *v;
+  const fs::path dir = entry_dir(key);
+  if (identify(dir / "manifest.json") != (*v)->manifest_id) return nullptr;
+  for (const auto& [name, id] : (*v)->files) {
+    if (identify(dir / name) != id) return nullptr;
   }
-  return m;
+  (*v)->checked_ns.store(now, std::memory_order_relaxed);
+  return *v;
 }
 
-bool DiskStore::verify_file(const std::string& key, const nlohmann::json& manifest,
-                            const std::string& name) {
-  if (!manifest.contains("files") || !manifest["files"].contains(name)) return false;
-  const auto& f = manifest["files"][name];
-  fs::path p = entry_dir(key) / name;
-  std::error_code ec;
-  auto size = fs::file_size(p, ec);
-  if (ec || size != f.value("bytes", uint64_t{0})) return false;
-  auto digest = sha256_file(p);
-  return digest && *digest == f.value("sha256", "");
+std::shared_ptr<DiskStore::Verified> DiskStore::verify_entry(const std::string& key) {
+  const fs::path dir = entry_dir(key);
+  // Identities are taken before the reads: a write during the hash changes them, and the
+  // next lookup verifies again.
+  auto manifest_id = identify(dir / "manifest.json");
+  auto m = read_manifest(key);
+  if (!manifest_id || !m) return nullptr;
+  auto v = std::make_shared<Verified>();
+  v->manifest_id = *manifest_id;
+  bool memo = !racy(*manifest_id);
+  for (const auto& [name, f] : (*m)["files"].items()) {
+    const auto id = identify(dir / name);
+    auto digest = id && id->size == f.value("bytes", uint64_t{0}) ? sha256_file(dir / name)
+                                                                   : Result<std::string>(std::string());
+    if (!id || !digest || *digest != f.value("sha256", "")) {
+      discard(key);
+      return nullptr;
+    }
+    memo = memo && !racy(*id);
+    v->files.emplace_back(name, *id);
+  }
+  v->manifest = std::make_shared<const nlohmann::json>(std::move(*m));
+  v->checked_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count();
+  if (memo) verified_.put(key, v);
+  return v;
+}
+
+std::shared_ptr<const nlohmann::json> DiskStore::lookup(const std::string& key) {
+  auto v = memoised(key);
+  if (v && v->manifest->value("status", "") == "failed" &&
+      v->manifest->value("expires_at", int64_t{0}) <= now_seconds()) {
+    discard(key);  // a negative entry that has expired since it was verified
+    return nullptr;
+  }
+  if (!v) v = verify_entry(key);
+  return v ? v->manifest : nullptr;
+}
+
+std::shared_ptr<const nlohmann::json> DiskStore::memo_manifest(const std::string& key) const {
+  auto v = verified_.get(key);
+  return v ? (*v)->manifest : nullptr;
+}
+
+std::optional<std::string> DiskStore::read_verified(const std::string& key, const std::string& name) {
+  // Only this file's identity is checked against the memo: it is all that is read.
+  auto v = verified_.get(key).value_or(nullptr);
+  bool fresh = false;
+  while (true) {
+    if (!v) {
+      v = verify_entry(key);
+      fresh = true;
+    }
+    if (!v) return std::nullopt;
+    const auto it = std::find_if(v->files.begin(), v->files.end(), [&](const auto& f) { return f.first == name; });
+    if (it == v->files.end()) return std::nullopt;
+    const int fd = ::open((entry_dir(key) / name).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {  // removed meanwhile (evicted, or by another process)
+      verified_.erase(key);
+      return std::nullopt;
+    }
+    std::string data;
+    const auto id = identify(fd);
+    if (id) {
+      data.resize(id->size);
+      size_t got = 0;
+      while (got < data.size()) {
+        const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
+        if (n <= 0) break;
+        got += size_t(n);
+      }
+      data.resize(got);
+    }
+    ::close(fd);
+    if (!id) return std::nullopt;
+    // The descriptor is the verified file, unchanged: its bytes are the verified bytes.
+    if (*id == it->second && !racy(*id) && data.size() == id->size) return data;
+    if (!fresh) {  // changed since the memo (or another entry under the key): verify again
+      verified_.erase(key);
+      v = nullptr;
+      continue;
+    }
+    // Verified just now but changed since, or too recently written to trust its identity:
+    // the bytes read are checked themselves.
+    const auto& f = (*v->manifest)["files"][name];
+    if (data.size() == f.value("bytes", uint64_t{0}) && sha256_hex(data) == f.value("sha256", "")) return data;
+    discard(key);
+    return std::nullopt;
+  }
+}
+
+void DiskStore::discard(const std::string& key) {
+  discarded_.put(key, true);
+  remove_entry(key);
+}
+
+bool DiskStore::discarded(const std::string& key) const {
+  return discarded_.get(key).has_value();
 }
 
 void DiskStore::remove_entry(const std::string& key) {
+  verified_.erase(key);
   fs::path dir = entry_dir(key);
   fs::path trash = staging_ / ("trash." + unique_suffix());
   std::error_code ec;
@@ -204,10 +327,12 @@ void DiskStore::remove_entry(const std::string& key) {
 }
 
 std::optional<std::string> DiskStore::lookup_request(const std::string& rkey) {
+  if (auto key = requests_memo_.get(rkey)) return key;
   auto text = read_file(v1_ / "requests" / rkey.substr(0, 2) / rkey);
   if (!text) return std::nullopt;
   std::string key = text->substr(0, text->find('\n'));
   if (!is_hex_key(key)) return std::nullopt;
+  requests_memo_.put(rkey, key);
   return key;
 }
 
@@ -215,7 +340,9 @@ Result<void> DiskStore::put_request(const std::string& rkey, const std::string& 
   fs::path dir = v1_ / "requests" / rkey.substr(0, 2);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  return write_file_atomic(dir / rkey, key + "\n");
+  auto written = write_file_atomic(dir / rkey, key + "\n");
+  if (written) requests_memo_.put(rkey, key);
+  return written;
 }
 
 }  // namespace kforge::core
@@ -223,23 +350,32 @@ Result<void> DiskStore::put_request(const std::string& rkey, const std::string& 
 namespace kforge::core {
 
 void DiskStore::touch(const std::string& key) {
-  std::error_code ec;
-  fs::last_write_time(entry_dir(key) / "manifest.json", fs::file_time_type::clock::now(), ec);
+  // Recency is the directory's mtime (the manifest's own identity stays put, and its memo
+  // with it); written at most once a minute per entry, which is all an LRU needs.
+  const int64_t now = now_seconds();
+  if (auto v = verified_.get(key)) {
+    int64_t last = (*v)->touched_at.load(std::memory_order_relaxed);
+    if (now - last < 60 || !(*v)->touched_at.compare_exchange_strong(last, now)) return;
+  }
+  ::utimensat(AT_FDCWD, entry_dir(key).c_str(), nullptr, 0);
 }
 
 DiskStore::Pin::Pin(DiskStore& store, std::string key) : store_(store), key_(std::move(key)) {
-  std::lock_guard lock(store_.pins_mu_);
-  ++store_.pins_[key_];
+  auto& shard = store_.pin_shard(key_);
+  std::lock_guard lock(shard.mu);
+  ++shard.pins[key_];
 }
 
 DiskStore::Pin::~Pin() {
-  std::lock_guard lock(store_.pins_mu_);
-  if (--store_.pins_[key_] == 0) store_.pins_.erase(key_);
+  auto& shard = store_.pin_shard(key_);
+  std::lock_guard lock(shard.mu);
+  if (--shard.pins[key_] == 0) shard.pins.erase(key_);
 }
 
 bool DiskStore::pinned(const std::string& key) const {
-  std::lock_guard lock(pins_mu_);
-  return pins_.contains(key);
+  auto& shard = pin_shard(key);
+  std::lock_guard lock(shard.mu);
+  return shard.pins.contains(key);
 }
 
 CacheStats DiskStore::stats() const {
@@ -270,7 +406,7 @@ EvictResult DiskStore::evict(uint64_t target_bytes, uint64_t only_above) {
   uint64_t total = 0;
   for_each_entry(v1_ / "objects", [&](const std::string& key, const fs::path& dir) {
     std::error_code ec;
-    auto used = fs::last_write_time(dir / "manifest.json", ec);
+    auto used = fs::last_write_time(dir, ec);  // touch() keeps it
     const uint64_t bytes = tree_bytes(dir);
     total += bytes;
     entries.push_back({ec ? fs::file_time_type::min() : used, key, bytes});
@@ -304,7 +440,8 @@ VerifyResult DiskStore::verify_all() {
   VerifyResult r;
   for (const auto& key : keys) {
     ++r.checked;
-    if (!lookup(key)) r.removed.push_back(key);  // lookup re-hashes and removes what fails
+    verified_.erase(key);  // hashed again whatever the memo says
+    if (!lookup(key)) r.removed.push_back(key);  // lookup hashes and removes what fails
   }
   return r;
 }

@@ -17,29 +17,44 @@
 //
 // Publishing builds the whole entry in tmp/, fsyncs it and renames the directory into
 // place, so a reader sees a complete entry or none; when two writers race, the first
-// rename wins and the loser's copy is discarded. lookup() re-hashes every file against
-// the manifest: a mismatch (or an expired negative entry) removes the entry and reads as
-// a miss, so a corrupt artifact is never served. Removal renames the entry into tmp/
-// before deleting it, so it disappears atomically.
+// rename wins and the loser's copy is discarded. lookup() checks every file against the
+// manifest: a mismatch (or an expired negative entry) removes the entry and reads as a
+// miss, so a corrupt artifact is never served. Removal renames the entry into tmp/ before
+// deleting it, so it disappears atomically.
 //
-// Upkeep: a hit refreshes the entry's recency (the mtime of its manifest); evict() drops
+// Verification is memoised per file identity (device, inode, size, mtime, ctime): a file
+// is hashed when the store first meets it and again only once its identity changes, which
+// any write to it does (ctime cannot be set back). A file changed less than a second
+// before it was hashed is not memoised, since a second write within the file system's
+// timestamp granularity could leave its identity as it was (git's "racy clean" problem).
+// What the memo cannot see is a byte flipped beneath the file system (bit rot): `kforge
+// cache verify` (verify_all) re-hashes everything, whatever the memo says.
+//
+// Upkeep: a hit refreshes the entry's recency (the mtime of its directory, at most once
+// a minute, so that a hit writes nothing to the disk most of the time); evict() drops
 // the least recently used entries until the cache fits, never one that is pinned (being
 // served, built or benchmarked by this process). Several processes may share one root:
 // each stages in its own locked directory, publishing is a rename, and removal a rename
 // into the remover's own staging area.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
+#include "core/sharded_map.hpp"
 
 namespace kforge::core {
 
@@ -81,6 +96,9 @@ class DiskStore {
 
   const std::filesystem::path& root() const { return root_; }
   std::filesystem::path entry_dir(const std::string& key) const;
+  // A file of an entry as a path relative to the root ("v1/objects/..."): what a server in
+  // front that maps the root (nginx's X-Accel-Redirect) is told to send.
+  std::string relative_path(const std::string& key, const std::string& name) const;
   // This process's own staging directory (under tmp/).
   const std::filesystem::path& staging_root() const { return staging_; }
 
@@ -94,15 +112,23 @@ class DiskStore {
   // published (the other writer's, if it won the race).
   Result<nlohmann::json> publish(const std::filesystem::path& staging, const std::string& key,
                                  nlohmann::json manifest);
-  // The verified manifest, or nullopt (absent, corrupt, expired negative).
-  std::optional<nlohmann::json> lookup(const std::string& key);
-  // The manifest alone, its files not re-hashed: for a caller that verifies the one file it
-  // reads as it reads it (serving an artifact). Removes a malformed or expired entry.
-  std::optional<nlohmann::json> manifest(const std::string& key);
-  // Verifies one file of an entry against the manifest (used before serving it).
-  bool verify_file(const std::string& key, const nlohmann::json& manifest, const std::string& name);
+  // The verified manifest, or null (absent, corrupt, expired negative; the entry is then
+  // removed). Shared: the same object for every hit until the entry changes on disk.
+  std::shared_ptr<const nlohmann::json> lookup(const std::string& key);
+  // The bytes of one file of a verified entry, read through a descriptor whose identity is
+  // checked against the verified one (or hashed now): what it returns matches the manifest.
+  // nullopt when the entry or file is missing or corrupt (a corrupt entry is removed).
+  // Checks only that file's identity against the memo (what is read is all that matters),
+  // so an entry changed elsewhere is verified again in full first.
+  std::optional<std::string> read_verified(const std::string& key, const std::string& name);
+  // The verified manifest from the memo alone, nothing on disk looked at; null when not
+  // memoised (then lookup()). For a reader that goes on to read_verified().
+  std::shared_ptr<const nlohmann::json> memo_manifest(const std::string& key) const;
+  // Whether this process removed the entry because it was corrupt, malformed or expired
+  // (recently: a bounded memory), as opposed to never having had it.
+  bool discarded(const std::string& key) const;
   void remove_entry(const std::string& key);
-  // Marks a hit: the entry becomes the most recently used.
+  // Marks a hit: the entry becomes the most recently used (written at most once a minute).
   void touch(const std::string& key);
 
   // While a Pin lives, evict() leaves its entry alone.
@@ -123,7 +149,8 @@ class DiskStore {
   // Removes least recently used entries until the cache holds at most `target_bytes`;
   // nothing when it holds no more than `only_above` (one scan either way).
   EvictResult evict(uint64_t target_bytes, uint64_t only_above = 0);
-  // Re-hashes every file of every entry; drops the entries that fail (and expired negatives).
+  // Re-hashes every file of every entry, memo or not; drops the entries that fail (and
+  // expired negatives).
   VerifyResult verify_all();
   // Removes what nothing needs: expired negative entries, request pointers whose kernel
   // is gone, and staging left by dead processes.
@@ -139,14 +166,51 @@ class DiskStore {
   int64_t now_seconds() const;
 
  private:
+  // What identifies a file's content without reading it.
+  struct FileId {
+    uint64_t dev = 0, ino = 0, size = 0;
+    int64_t mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const FileId&) const = default;
+  };
+  // An entry as it was verified: its manifest and the identity of every file then.
+  struct Verified {
+    std::shared_ptr<const nlohmann::json> manifest;
+    FileId manifest_id;
+    std::vector<std::pair<std::string, FileId>> files;
+    std::atomic<int64_t> touched_at{0};  // when touch() last wrote its recency
+    std::atomic<int64_t> checked_ns{0};  // when memoised() last found every identity unchanged
+  };
+  static std::optional<FileId> identify(const std::filesystem::path& path);
+  static std::optional<FileId> identify(int fd);
+  // The manifest parsed and checked (format, key, files, expiry), without hashing its files;
+  // removes a malformed or expired entry.
+  std::optional<nlohmann::json> read_manifest(const std::string& key);
+  // Hashes every file of the entry and memoises what it verified; null and the entry removed
+  // when a file fails.
+  std::shared_ptr<Verified> verify_entry(const std::string& key);
+  // The memo, when every file of the entry still has the identity it was verified with
+  // (looked at again at most every 100 ms: an answer that names the entry reads none of
+  // its bytes, and a reader of a file checks that file itself, read_verified()).
+  std::shared_ptr<Verified> memoised(const std::string& key) const;
+  bool racy(const FileId& id) const;  // changed too recently for its identity to be trusted
+
   std::filesystem::path root_;
   std::filesystem::path v1_;
   uint64_t drop_dangling_requests();
+  ShardedMap<std::shared_ptr<Verified>> verified_{4096};
+  ShardedMap<std::string> requests_memo_{65536};  // request key -> kernel key (a function)
+  ShardedMap<bool> discarded_{1024};
+  void discard(const std::string& key);  // removes a bad entry, and remembers why
 
   std::filesystem::path staging_;  // tmp/proc.<pid>.<nonce>, locked while we live
   int lock_fd_ = -1;
-  mutable std::mutex pins_mu_;
-  std::map<std::string, int> pins_;
+  // Pins by key, in shards (every download pins its entry: no one lock for all of them).
+  struct PinShard {
+    std::mutex mu;
+    std::map<std::string, int> pins;
+  };
+  mutable std::array<PinShard, 16> pins_;
+  PinShard& pin_shard(const std::string& key) const { return pins_[std::hash<std::string>{}(key) % pins_.size()]; }
   std::function<std::chrono::system_clock::time_point()> now_ = [] {
     return std::chrono::system_clock::now();
   };

@@ -11,16 +11,19 @@
 #include <sstream>
 
 #include "core/hash.hpp"
+#include "core/sharded_map.hpp"
 
 namespace kforge::core {
 namespace fs = std::filesystem;
 
 // The machine model of each cpu target asked for so far: one compiler run per target.
+// What the compiler said of each cpu target, and how each requested target spelling
+// resolved (march, canonical string): asked once, then read on every request.
 struct CpuIsaCache {
   explicit CpuIsaCache(Spawner s) : spawn(std::move(s)) {}
   Spawner spawn;
-  std::mutex mu;
-  std::map<std::string, CpuIsa> by_target;
+  ShardedMap<CpuIsa> by_target{1024};
+  ShardedMap<std::pair<std::string, std::string>> resolved{1024};
 };
 
 namespace {
@@ -299,10 +302,15 @@ Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std:
     }
     std::string base = arch;
     if (backend == Backend::kCpu) {
-      auto target = CpuTarget::parse(arch, isa_features, f);
-      if (!target) return std::unexpected(target.error());
-      base = target->march;
-      arch = target->str();
+      auto known = isa_cache ? isa_cache->resolved.get(arch) : std::nullopt;
+      if (!known) {
+        auto target = CpuTarget::parse(arch, isa_features, f);
+        if (!target) return std::unexpected(target.error());
+        known = {target->march, target->str()};
+        if (isa_cache) isa_cache->resolved.put(arch, *known);
+      }
+      base = known->first;
+      arch = known->second;
     }
     if (backend == Backend::kRocm) {
       // Target IDs: gfx90a:xnack+:sramecc-
@@ -338,8 +346,8 @@ Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std:
 
 Result<CpuIsa> Toolchain::cpu_isa(const std::string& target, const std::string& field) const {
   if (!isa_cache) return fail(ErrorKind::kUnavailable, "no compiler to ask about cpu target `" + target + "`");
-  std::lock_guard lock(isa_cache->mu);
-  if (auto it = isa_cache->by_target.find(target); it != isa_cache->by_target.end()) return it->second;
+  if (auto known = isa_cache->by_target.get(target)) return *known;
+  // Not under a lock: two first requests for one target may both ask; the answers agree.
   auto parsed = CpuTarget::parse(target, isa_features, field);
   if (!parsed) return std::unexpected(parsed.error());
   std::vector<std::string> argv{compiler.string()};
@@ -348,7 +356,7 @@ Result<CpuIsa> Toolchain::cpu_isa(const std::string& target, const std::string& 
   auto help = probe(isa_cache->spawn, argv, search_path);
   if (!help) return fail_field(field, compiler.string() + " rejects the cpu target `" + target + "`");
   CpuIsa isa = CpuIsa::from_features(cpu_enabled_features(*help, isa_features));
-  isa_cache->by_target.emplace(target, isa);
+  isa_cache->by_target.put(target, isa);
   return isa;
 }
 

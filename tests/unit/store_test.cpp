@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
@@ -42,6 +44,73 @@ TEST(Store, PublishThenLookup) {
   ASSERT_TRUE(found);
   EXPECT_EQ((*found)["key"], kKey);
   EXPECT_TRUE(staging_is_clear(store));
+}
+
+// Flips one byte of a file in place: same size, same inode, different bytes.
+void flip_byte(const fs::path& file) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(1);
+  const char c = char(f.get());
+  f.seekp(1);
+  f.put(char(c ^ 0x5a));
+}
+
+// Verification is memoised per file identity, and only for files older than a second (a
+// write within the file system's timestamp granularity could keep the identity): wait out
+// that second so that the memo is really used.
+TEST(Store, AFlippedByteIsNeverServedAfterTheVerificationIsMemoised) {
+  testing::Scratch s;
+  DiskStore store(s.path());
+  ASSERT_TRUE(store.publish(staged(store, "ELF-bytes-of-a-kernel"), kKey, {{"status", "ok"}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto first = store.lookup(kKey);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(store.lookup(kKey), first) << "an unchanged entry is answered from the memo";
+  EXPECT_EQ(store.read_verified(kKey, "kernel.so"), "ELF-bytes-of-a-kernel");
+
+  flip_byte(store.entry_dir(kKey) / "kernel.so");
+  EXPECT_FALSE(store.read_verified(kKey, "kernel.so")) << "the changed file's identity changed: hashed again";
+  EXPECT_FALSE(store.lookup(kKey));
+  EXPECT_FALSE(fs::exists(store.entry_dir(kKey)));
+}
+
+// An answer that only names the entry (a POST hit) trusts the memo for a tenth of a
+// second; after that, a changed file makes the entry a miss.
+TEST(Store, ALookupSeesAChangedFileWithinATenthOfASecond) {
+  testing::Scratch s;
+  DiskStore store(s.path());
+  ASSERT_TRUE(store.publish(staged(store, "ELF-bytes-of-a-kernel"), kKey, {{"status", "ok"}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(store.lookup(kKey));
+  flip_byte(store.entry_dir(kKey) / "compile.log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_FALSE(store.lookup(kKey));
+  EXPECT_FALSE(fs::exists(store.entry_dir(kKey)));
+}
+
+TEST(Store, AFileReplacedAfterTheMemoIsHashedAgain) {
+  testing::Scratch s;
+  DiskStore store(s.path());
+  ASSERT_TRUE(store.publish(staged(store, "good"), kKey, {{"status", "ok"}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(store.lookup(kKey));
+  // Another inode under the same name, same size: the memo's identity no longer holds.
+  const fs::path so = store.entry_dir(kKey) / "kernel.so";
+  ASSERT_TRUE(write_file(so.string() + ".new", "evil"));
+  fs::rename(so.string() + ".new", so);
+  EXPECT_FALSE(store.read_verified(kKey, "kernel.so"));
+  EXPECT_FALSE(store.lookup(kKey));
+}
+
+TEST(Store, VerifyAllHashesEverythingWhateverTheMemoSays) {
+  testing::Scratch s;
+  DiskStore store(s.path());
+  ASSERT_TRUE(store.publish(staged(store, "ELF-bytes"), kKey, {{"status", "ok"}}));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_TRUE(store.lookup(kKey));
+  EXPECT_EQ(store.verify_all().removed.size(), 0u);
+  flip_byte(store.entry_dir(kKey) / "kernel.so");
+  EXPECT_EQ(store.verify_all().removed, std::vector<std::string>{kKey});
 }
 
 TEST(Store, CorruptFileIsAMissAndTheEntryIsRemoved) {
