@@ -1,7 +1,9 @@
 #include "api/metrics.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 namespace kforge::api {
 namespace {
@@ -46,28 +48,102 @@ void Histogram::render(std::string& out, const std::string& name, const std::str
   sample(out, name + "_count", labels, double(count_));
 }
 
+void HitCounts::Counter::bump(double now) {
+  hits.fetch_add(1, std::memory_order_relaxed);
+  double last = last_at.load(std::memory_order_relaxed);
+  while (last < now && !last_at.compare_exchange_weak(last, now, std::memory_order_relaxed)) {
+  }
+}
+
+void HitCounts::bump(Table& t, const std::string& name, double now) {
+  t.get_or_make(name, [] { return std::make_shared<Counter>(); })->bump(now);
+}
+
+void HitCounts::record(const std::string& route, const std::string& client, const std::string& key) {
+  const double now = unix_now();
+  bump(by_route_, route, now);
+  bump(by_client_, client, now);
+  bump(by_kernel_, key, now);
+}
+
+std::optional<HitCounts::Count> HitCounts::kernel(const std::string& key) const {
+  auto c = by_kernel_.get(key);
+  if (!c) return std::nullopt;
+  return (*c)->read();
+}
+
+std::map<std::string, uint64_t> HitCounts::by_route() const {
+  std::map<std::string, uint64_t> out;
+  by_route_.for_each([&](const std::string& route, const auto& c) { out[route] = c->hits.load(); });
+  return out;
+}
+
+nlohmann::json HitCounts::to_json(size_t top_clients) const {
+  uint64_t total = 0;
+  nlohmann::json routes = nlohmann::json::object();
+  for (const auto& [route, n] : by_route()) {
+    routes[route] = n;
+    total += n;
+  }
+  std::vector<std::pair<std::string, Count>> clients;
+  by_client_.for_each([&](const std::string& client, const auto& c) { clients.emplace_back(client, c->read()); });
+  std::sort(clients.begin(), clients.end(),
+            [](const auto& a, const auto& b) { return a.second.hits > b.second.hits; });
+  if (clients.size() > top_clients) clients.resize(top_clients);
+  nlohmann::json top = nlohmann::json::array();
+  for (const auto& [client, c] : clients) top.push_back({{"client", client}, {"hits", c.hits}, {"last_at", c.last_at}});
+  return {{"total", total}, {"by_route", routes}, {"top_clients", top}, {"kernels", by_kernel_.size()}};
+}
+
+Metrics::Hot& Metrics::hot() {
+  thread_local std::map<const Metrics*, size_t> mine;  // a thread keeps its shard per Metrics
+  auto [it, fresh] = mine.try_emplace(this, 0);
+  if (fresh) it->second = next_shard_.fetch_add(1) % kHotShards;
+  return hot_[it->second];
+}
+
+void Metrics::Hot::trim(double now) {
+  const double hour_ago = now - 3600;
+  while (!per_minute.empty() && double(per_minute.begin()->first) < hour_ago)
+    per_minute.erase(per_minute.begin());
+  while (!request_seconds.empty() && double(request_seconds.front().first) < now - 300)
+    request_seconds.pop_front();
+}
+
 void Metrics::request(const std::string& route, const std::string& method, int status) {
-  std::lock_guard lock(mu_);
-  ++requests_[{route, method, status}];
+  Hot& h = hot();
+  std::lock_guard lock(h.mu);
+  ++h.requests[{route, method, status}];
   const double now = unix_now();
   const int64_t second = int64_t(now);
-  if (request_seconds_.empty() || request_seconds_.back().first != second)
-    request_seconds_.push_back({second, 0});
-  ++request_seconds_.back().second;
-  trim(now);
+  if (h.request_seconds.empty() || h.request_seconds.back().first != second)
+    h.request_seconds.push_back({second, 0});
+  ++h.request_seconds.back().second;
+  h.trim(now);
 }
 
 void Metrics::cache_outcome(const std::string& outcome) {
-  std::lock_guard lock(mu_);
-  ++outcomes_[outcome];
-  auto& m = per_minute_[int64_t(unix_now()) / 60 * 60];
+  Hot& h = hot();
+  std::lock_guard lock(h.mu);
+  ++h.outcomes[outcome];
+  auto& m = h.per_minute[int64_t(unix_now()) / 60 * 60];
   (outcome == "miss" ? m.second : m.first)++;
+}
+
+std::map<std::string, uint64_t> Metrics::outcomes() const {
+  std::map<std::string, uint64_t> out;
+  for (Hot& h : hot_) {
+    std::lock_guard lock(h.mu);
+    for (const auto& [o, n] : h.outcomes) out[o] += n;
+  }
+  return out;
 }
 
 void Metrics::compile(const std::string& backend, double seconds, const std::string& key) {
   std::lock_guard lock(mu_);
   compile_[backend].observe(seconds);
   compile_points_.push_back({unix_now(), seconds, key});
+  trim(unix_now());
 }
 
 void Metrics::benchmark(const std::string& backend, double seconds) {
@@ -82,20 +158,21 @@ void Metrics::evicted(uint64_t entries, uint64_t bytes) {
 }
 
 void Metrics::trim(double now) {
-  const double hour_ago = now - 3600;
-  while (!compile_points_.empty() && compile_points_.front().t < hour_ago)
+  while (!compile_points_.empty() && compile_points_.front().t < now - 3600)
     compile_points_.pop_front();
-  while (!per_minute_.empty() && double(per_minute_.begin()->first) < hour_ago)
-    per_minute_.erase(per_minute_.begin());
-  while (!request_seconds_.empty() && double(request_seconds_.front().first) < now - 300)
-    request_seconds_.pop_front();
 }
 
-std::string Metrics::render(const Gauges& g) const {
+std::string Metrics::render(const Gauges& g, const HitCounts& hits) const {
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests;
+  for (Hot& h : hot_) {
+    std::lock_guard lock(h.mu);
+    for (const auto& [k, v] : h.requests) requests[k] += v;
+  }
+  const auto outcomes_ = outcomes();
   std::lock_guard lock(mu_);
   std::string out;
   help(out, "kforge_http_requests_total", "counter", "HTTP requests by route, method and status.");
-  for (const auto& [k, v] : requests_) {
+  for (const auto& [k, v] : requests) {
     const auto& [route, method, status] = k;
     sample(out, "kforge_http_requests_total",
            "route=\"" + route + "\",method=\"" + method + "\",status=\"" + std::to_string(status) +
@@ -140,6 +217,10 @@ std::string Metrics::render(const Gauges& g) const {
     help(out, m.name, m.type, m.text);
     sample(out, m.name, "", m.value);
   }
+  help(out, "kforge_hits_total", "counter",
+       "Answers served from the cache by route: kernel answers that were hits, and artifact, object, "
+       "source and log downloads.");
+  for (const auto& [route, n] : hits.by_route()) sample(out, "kforge_hits_total", "route=\"" + route + "\"", double(n));
   help(out, "kforge_compile_duration_seconds", "histogram",
        "Wall-clock time of compiles that ran a compiler.");
   for (const auto& [b, h] : compile_)
@@ -151,6 +232,7 @@ std::string Metrics::render(const Gauges& g) const {
 }
 
 nlohmann::json Metrics::cache_json() const {
+  const auto outcomes_ = outcomes();
   std::lock_guard lock(mu_);
   auto count = [&](const char* o) {
     auto it = outcomes_.find(o);
@@ -171,16 +253,27 @@ nlohmann::json Metrics::series_json() const {
   nlohmann::json compiles = nlohmann::json::array(), rate = nlohmann::json::array();
   for (const auto& p : compile_points_)
     compiles.push_back({{"t", p.t}, {"seconds", p.seconds}, {"key", p.key}});
-  for (const auto& [minute, hm] : per_minute_)
+  std::map<int64_t, std::pair<uint64_t, uint64_t>> per_minute;
+  for (Hot& h : hot_) {
+    std::lock_guard hl(h.mu);
+    h.trim(unix_now());
+    for (const auto& [minute, hm] : h.per_minute) {
+      per_minute[minute].first += hm.first;
+      per_minute[minute].second += hm.second;
+    }
+  }
+  for (const auto& [minute, hm] : per_minute)
     rate.push_back({{"t", minute}, {"hits", hm.first}, {"misses", hm.second}});
   return {{"compile_seconds", compiles}, {"hit_rate", rate}};
 }
 
 double Metrics::requests_per_minute() const {
-  std::lock_guard lock(mu_);
   const double now = unix_now();
   uint64_t n = 0;
-  for (const auto& [second, count] : request_seconds_) n += double(second) >= now - 300 ? count : 0;
+  for (Hot& h : hot_) {
+    std::lock_guard lock(h.mu);
+    for (const auto& [second, count] : h.request_seconds) n += double(second) >= now - 300 ? count : 0;
+  }
   return double(n) / 5.0;
 }
 

@@ -100,32 +100,26 @@ void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
   const bool async = req.get_header_value("Prefer").find("respond-async") != std::string::npos;
   auto kreq = core::parse_kernel_request(*body, config_.limits);
   if (!kreq) return send_error(res, kreq.error());
-  nlohmann::json info =
-      job_info("kernel", *kreq, req.remote_addr, res.get_header_value("X-Request-Id"));
-
   auto plan = svc_.builder.plan(*kreq);
   if (!plan) {
     const core::Error& e = plan.error();
-    if (e.kind ==
-        core::ErrorKind::kCompileFailed) {  // a cached compile error: a job that failed at once
+    if (e.kind == core::ErrorKind::kCompileFailed) {  // a cached compile error: a hit too
       metrics_.cache_outcome("hit");
-      info["key"] = e.extra.value("key", nlohmann::json(nullptr));
-      jobs_.start(info)->finish(422, problem_json(e), "hit");
+      hits_.record("POST /kernels", req.remote_addr, e.extra.value("key", ""));
     }
     return send_error(res, e);
   }
+  // A hit is answered here and counted, not made a job: /jobs lists builds.
+  if (plan->hit && kreq->benchmark.is_null()) {
+    metrics_.cache_outcome("hit");
+    hits_.record("POST /kernels", req.remote_addr, plan->key());
+    return send_hit(res, *plan->hit, plan->phases_ms);
+  }
+  nlohmann::json info =
+      job_info("kernel", *kreq, req.remote_addr, res.get_header_value("X-Request-Id"));
   info["archs"] = plan->prepared.archs;  // resolved: what was built
   info["key"] = plan->key();
   info["kernel_name"] = plan->kernel_name();
-  if (plan->hit && kreq->benchmark.is_null()) {
-    core::DiskStore::Pin pin(svc_.store, plan->key());
-    nlohmann::json j = kernel_view(plan->hit->manifest);
-    j["cache"] = "hit";
-    j["phases_ms"] = plan->phases_ms;
-    metrics_.cache_outcome("hit");
-    jobs_.start(info)->finish(200, j, "hit");
-    return send_json(res, j);
-  }
 
   std::string flight = plan->key();
   if (!kreq->benchmark.is_null()) flight += " benchmark " + kreq->benchmark.dump();
@@ -145,6 +139,27 @@ void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
     jobs_.start(info)->finish(job->http_status(), answer, "joined");
   }
   send_answer(res, job->http_status(), answer);
+}
+
+void Server::send_hit(httplib::Response& res, const core::BuildResult& hit, const nlohmann::json& phases_ms) {
+  const std::string& key = hit.manifest["key"].get_ref<const std::string&>();
+  std::shared_ptr<const HitView> view;
+  if (auto v = hit_views_.get(key); v && hit.verified && (*v)->manifest == hit.verified) view = *v;
+  if (!view) {
+    nlohmann::json j = kernel_view(hit.manifest);
+    j["cache"] = "hit";
+    std::string text = dump_json(j);  // "{\n  ...\n}"
+    text.resize(text.size() - 2);     // without "\n}": phases_ms comes last
+    auto made = std::make_shared<const HitView>(HitView{hit.verified, std::move(text)});
+    if (hit.verified) hit_views_.put(key, made);
+    view = std::move(made);
+  }
+  const std::string phases = dump_json(phases_ms, -1);
+  std::string body;
+  body.reserve(view->head.size() + phases.size() + 24);
+  body.append(view->head).append(",\n  \"phases_ms\": ").append(phases).append("\n}\n");
+  res.status = 200;
+  res.set_content(std::move(body), kJson);
 }
 
 core::Result<core::BuildResult> Server::build_queued(const core::KernelRequest& req,
@@ -170,9 +185,8 @@ core::Result<core::BuildResult> Server::build_queued(const core::KernelRequest& 
   if (!manifest)
     return core::fail(core::ErrorKind::kInternal,
                       "kernel " + plan->key() + " vanished after its build");
-  return core::BuildResult{std::move(*manifest),
-                           submitted->joined ? "joined" : body.value("cache", "miss"),
-                           body.value("phases_ms", nlohmann::json::object())};
+  return core::BuildResult{*manifest, submitted->joined ? "joined" : body.value("cache", "miss"),
+                           body.value("phases_ms", nlohmann::json::object()), manifest};
 }
 
 void Server::post_autotune(const httplib::Request& req, httplib::Response& res) {
@@ -226,9 +240,13 @@ void Server::kernel_routes() {
         [this](const httplib::Request& req, httplib::Response& res) {
           std::string key;
           if (!valid_key(req, res, key)) return;
-          auto m = svc_.store.lookup(key);
+          auto m = svc_.builder.find(key);  // in a cluster, another instance may have built it
           if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
           nlohmann::json j = kernel_view(*m);
+          // How often this instance served it from the cache since it started.
+          const auto hits = hits_.kernel(key);
+          j["hits"] = {{"count", hits ? hits->hits : 0},
+                       {"last_at", hits ? nlohmann::json(hits->last_at) : nlohmann::json(nullptr)}};
           // What was measured since: each device's benchmark, and the autotune it was part of.
           const auto dir = svc_.store.entry_dir(key);
           j["benchmarks"] = nlohmann::json::object();
@@ -252,9 +270,12 @@ void Server::kernel_routes() {
           if (!valid_key(req, res, key)) return;
           const std::string what = req.matches[2];
           core::DiskStore::Pin pin(svc_.store, key);  // not evicted while it is served
-          const bool existed = std::filesystem::exists(svc_.store.entry_dir(key) / "manifest.json");
-          auto m = svc_.store.manifest(key);  // the served file alone is hashed, below
-          if (!m && existed) {
+          // The memo's manifest when there is one (the file served is checked below, and
+          // that is all that is read); else the entry is looked up and verified: in a
+          // cluster, copied in from the shared tier if another instance built it.
+          auto m = svc_.store.memo_manifest(key);
+          if (!m) m = svc_.builder.find(key);
+          if (!m && svc_.store.discarded(key)) {
             return send_problem(
                 res,
                 problem_json(
@@ -263,10 +284,10 @@ void Server::kernel_routes() {
                         " was corrupt (or expired) on disk and has been removed; submit it again"));
           }
           if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
-          std::string file = what == "artifact" ? "kernel.so"
-                             : what == "object" ? "kernel.o"
-                             : what == "log"    ? "compile.log"
-                                                : m->value("source_file", "");
+          const std::string file = what == "artifact" ? "kernel.so"
+                                   : what == "object" ? "kernel.o"
+                                   : what == "log"    ? "compile.log"
+                                                      : m->value("source_file", "");
           if (!(*m)["files"].contains(file)) {
             return send_problem(
                 res,
@@ -274,30 +295,40 @@ void Server::kernel_routes() {
                              "kernel " + key + " has no " + what +
                                  (what == "object" ? " (it was not built with options.aot)" : "")));
           }
-          const std::string sha = (*m)["files"][file]["sha256"];
-          const std::string etag = "\"" + sha + "\"";
+          const bool binary = what == "artifact" || what == "object";
+          if (binary) hits_.record(std::string("GET /kernels/{key}/") + what, req.remote_addr, key);
+          // The URL names content by its hash: it never changes, so caches may keep it.
+          const std::string etag = "\"" + (*m)["files"][file]["sha256"].get<std::string>() + "\"";
           res.set_header("ETag", etag);
+          res.set_header("Cache-Control", "public, max-age=31536000, immutable");
           if (req.get_header_value("If-None-Match") == etag) {
             res.status = 304;
             return;
           }
-          auto data = core::read_file(svc_.store.entry_dir(key) / file);
-          // Verified as it is served: bytes that differ from the manifest are never sent.
-          if (!data || core::sha256_hex(*data) != sha) {
-            svc_.store.remove_entry(key);
-            return send_problem(
-                res, problem_json(
-                         404, "kernel " + key +
-                                  " was corrupt on disk and has been removed; submit it again"));
-          }
-          const bool binary = what == "artifact" || what == "object";
+          const char* type = binary ? "application/octet-stream" : "text/plain; charset=utf-8";
           if (binary) {
             res.set_header("Content-Disposition", "attachment; filename=\"" +
                                                       m->value("kernel_name", key) +
                                                       (what == "artifact" ? ".so\"" : ".o\""));
           }
-          res.set_content(std::move(*data),
-                          binary ? "application/octet-stream" : "text/plain; charset=utf-8");
+          if (!config_.accel_redirect.empty()) {
+            // nginx sends the file: checked here to be unchanged since it was verified.
+            if (!svc_.store.lookup(key))
+              return send_problem(res, problem_json(404, "kernel " + key + " was corrupt on disk and has been removed; submit it again"));
+            res.set_header("X-Accel-Redirect", config_.accel_redirect + "/" + svc_.store.relative_path(key, file));
+            res.set_header("Content-Type", type);
+            return;
+          }
+          // Bytes that differ from the manifest are never sent: read through a descriptor
+          // whose identity is the verified one, or hashed as read.
+          auto data = svc_.store.read_verified(key, file);
+          if (!data) {
+            return send_problem(
+                res, problem_json(404, svc_.store.discarded(key)
+                                           ? "kernel " + key + " was corrupt on disk and has been removed; submit it again"
+                                           : "kernel " + key + " is gone (evicted or removed); submit it again"));
+          }
+          res.set_content(std::move(*data), type);
         });
   }
 

@@ -105,6 +105,7 @@ void Server::status_routes() {
                  {"workers", jobs_.workers()},
                  {"busy", jobs_.busy()}}},
                {"requests_per_minute", metrics_.requests_per_minute()},
+               {"hits", hits_.to_json()},
                {"series", metrics_.series_json()}});
         });
 
@@ -152,7 +153,7 @@ void Server::status_routes() {
           g.compiler_runs = svc_.builder.compiler_runs();
           g.benchmark_runs = svc_.bencher.runs();
           g.sandbox_failures = svc_.sandbox.failures();
-          std::string text = metrics_.render(g);
+          std::string text = metrics_.render(g, hits_);
           if (core::RedisTier* remote = svc_.builder.remote()) text += shared_tier_metrics(*remote);
           res.set_content(text, "text/plain; version=0.0.4");
         });
@@ -180,13 +181,7 @@ void Server::status_routes() {
     const std::string api_path = url == "/"                 ? "/"
                                  : url.starts_with("/web/") ? "/web/{file}"
                                                             : "/vendor/{file}";
-    const bool listed = std::any_of(routes_.begin(), routes_.end(),
-                                    [&](const auto& r) { return r.second == api_path; });
-    if (listed) {
-      http_->Get(url, std::move(serve));
-    } else {
-      route("GET", api_path, url, Role::kNone, std::move(serve));
-    }
+    route("GET", api_path, url, Role::kNone, std::move(serve));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,9 @@ namespace kforge::api {
 namespace {
 
 thread_local std::chrono::steady_clock::time_point t_request_start;
+// The OpenAPI path of the route that handles this thread's request (set by route()),
+// for the access log and the metrics: no pattern is matched twice.
+thread_local const char* t_route = "unmatched";
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -100,10 +104,7 @@ Server::Server(ServerConfig config, Services services)
       autotuner_(
           svc_.builder, svc_.bencher, svc_.store,
           [this](const core::KernelRequest& r) { return build_queued(r, "autotune"); },
-          [this](const std::string& line) {
-            std::lock_guard lock(log_mu_);
-            std::cerr << line << "\n";
-          }) {
+          [this](const std::string& line) { log_.write(line); }) {
   if (tls()) {
     http_ = std::make_unique<httplib::SSLServer>(config_.tls_cert.c_str(), config_.tls_key.c_str());
   } else {
@@ -119,6 +120,7 @@ Server::Server(ServerConfig config, Services services)
   http_->set_tcp_nodelay(true);  // small answers must not wait out delayed ACKs (40 ms)
   http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
+    t_route = "unmatched";
     res.set_header("X-Request-Id", request_id(req));
     // httplib reads (skips) a body over the limit before it answers 413, so that a client
     // still sending it gets the answer rather than a reset; but strtoull makes "-1", 2^64
@@ -171,7 +173,7 @@ Server::Server(ServerConfig config, Services services)
       });
   // The access log: one JSON line per request. Never the Authorization header.
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const std::string route = route_label(req.method, req.path);
+    const std::string route = t_route;
     metrics_.request(route, req.method, res.status);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                 t_request_start)
@@ -195,11 +197,16 @@ Server::~Server() = default;
 
 void Server::route(const char* method, const std::string& api_path, const std::string& pattern,
                    Role role, Handler handler) {
-  routes_.push_back({method, api_path});
-  std::string re = "^" + std::regex_replace(api_path, std::regex(R"(\{[^}]+\})"), "[^/]+") + "$";
-  route_patterns_.push_back({std::string(method) + " " + api_path, std::regex(re)});
-  Handler guarded = [this, role, h = std::move(handler)](const httplib::Request& req,
-                                                         httplib::Response& res) {
+  // One entry per OpenAPI path, however many patterns serve it (the page's files).
+  if (std::find(routes_.begin(), routes_.end(), std::pair<std::string, std::string>(method, api_path)) ==
+      routes_.end()) {
+    routes_.push_back({method, api_path});
+  }
+  // The label lives as long as the server (a deque keeps its strings' addresses).
+  const char* label = route_labels_.emplace_back(api_path).c_str();
+  Handler guarded = [this, role, label, h = std::move(handler)](const httplib::Request& req,
+                                                                httplib::Response& res) {
+    t_route = label;
     if (role != Role::kNone) {
       if (auto ok = svc_.auth.check(req.get_header_value("Authorization"), role); !ok)
         return send_error(res, ok.error());
@@ -213,20 +220,10 @@ void Server::route(const char* method, const std::string& api_path, const std::s
   }
 }
 
-std::string Server::route_label(const std::string& method, const std::string& path) const {
-  for (const auto& [label, re] : route_patterns_) {
-    if (label.starts_with(method + " ") && std::regex_match(path, re))
-      return label.substr(method.size() + 1);
-  }
-  return "unmatched";
-}
-
 void Server::log_line(nlohmann::json line) {
   nlohmann::json out = {{"ts", unix_now()}};
   out.update(line);
-  const std::string text = out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  std::lock_guard lock(log_mu_);
-  std::cerr << text << "\n";
+  log_.write(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 namespace {

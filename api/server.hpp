@@ -5,16 +5,16 @@
 // print the real address first; stop() makes run() return. Safe to stop from any thread.
 //
 // Kernel requests: plan (validate, look up, render: cheap, on the request's thread); a
-// hit answers at once; a miss becomes a job on the bounded queue, single-flight on the
+// hit answers at once, counted (HitCounts) but not a job; a miss becomes a job on the bounded queue, single-flight on the
 // kernel key, and the request waits for it up to `wait_ms` (or not at all with `Prefer:
 // respond-async`), after which it answers 202 with `Location: /jobs/{id}`.
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
-#include <regex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,11 +23,13 @@
 #include <nlohmann/json.hpp>
 
 #include "api/auth.hpp"
+#include "api/log_sink.hpp"
 #include "api/metrics.hpp"
 #include "core/autotune.hpp"
 #include "core/bench/bench.hpp"
 #include "core/build.hpp"
 #include "core/jobs.hpp"
+#include "core/sharded_map.hpp"
 #include "core/request.hpp"
 #include "core/sandbox.hpp"
 #include "core/store.hpp"
@@ -62,6 +64,9 @@ struct ServerConfig {
   std::filesystem::path web_dir;  // serve the status page from here instead of the binary
   std::string instance;           // this instance's id in a cluster (--instance-id)
   std::string advertise_url;      // where other instances and nginx reach it
+  // Behind nginx: artifact and object downloads answer with `X-Accel-Redirect: <this>/<path
+  // under the cache root>` and no body, for nginx to send the file (docs/OPERATIONS.md).
+  std::string accel_redirect;
 };
 
 // What the server is wired to (built by main).
@@ -119,19 +124,26 @@ class Server {
   void maintain_cache();
   nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache
   void log_line(nlohmann::json line);
-  std::string route_label(const std::string& method, const std::string& path) const;
+  // A hit's answer: the kernel's view as bytes made once per verified manifest, with this
+  // request's phases_ms appended.
+  void send_hit(httplib::Response& res, const core::BuildResult& hit, const nlohmann::json& phases_ms);
 
   ServerConfig config_;
   Services svc_;
+  LogSink log_;  // before everything that logs: destroyed (and flushed) after it
   Metrics metrics_;
+  HitCounts hits_;
+  struct HitView {
+    std::shared_ptr<const nlohmann::json> manifest;  // the verified object it was made from
+    std::string head;  // the JSON answer up to its closing brace
+  };
+  core::ShardedMap<std::shared_ptr<const HitView>> hit_views_{4096};
   core::JobQueue jobs_;
   core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;
   std::vector<std::pair<std::string, std::string>> routes_;
-  std::vector<std::pair<std::string, std::regex>>
-      route_patterns_;  // (method + " " + api path, regex)
+  std::deque<std::string> route_labels_;  // what the access log and metrics call each route
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  std::mutex log_mu_;
   std::mutex cache_mu_;
   nlohmann::json cache_stats_;
   std::chrono::steady_clock::time_point cache_stats_at_{};

@@ -97,6 +97,8 @@ constexpr SettingSpec kServeSettings[] = {
     {"http-threads", "64", "connections served at once"},
     {"job-history", "512", "finished jobs kept for /jobs"},
     {"web-dir", "", "serve the status page's own files from this directory (development)"},
+    {"accel-redirect", "", "URI prefix of an nginx `internal` location that serves the cache root: downloads "
+                           "answer with X-Accel-Redirect for nginx to send the file (docs/OPERATIONS.md)"},
 };
 
 std::string serve_usage() {
@@ -267,6 +269,12 @@ int serve(const Args& a) {
   cfg.tls_cert = get("tls-cert");
   cfg.tls_key = get("tls-key");
   cfg.web_dir = get("web-dir");
+  cfg.accel_redirect = get("accel-redirect");
+  while (cfg.accel_redirect.ends_with('/')) cfg.accel_redirect.pop_back();
+  if (!cfg.accel_redirect.empty() && !cfg.accel_redirect.starts_with('/')) {
+    std::cerr << "kforge serve: --accel-redirect is a URI prefix such as /kforge-cache\n";
+    return 2;
+  }
   if (!get("redis").empty() || !get("instance-id").empty()) {  // a cluster member has an id
     cfg.instance = get("instance-id");
     if (cfg.instance.empty()) {  // the host name's letters and digits, and the port (or pid)

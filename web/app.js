@@ -237,7 +237,25 @@ function overviewFigures(s) {
     stat('queue', 'queue', `${q.depth} / ${q.max}`),
     stat('workers', 'busy workers', `${q.busy} / ${q.workers}`),
     stat('rpm', 'requests / min', s.requests_per_minute?.toFixed(1)),
+    stat('hits-served', 'hits served', String(s.hits?.total ?? 0), `${s.hits?.kernels ?? 0} kernels since start`),
   ];
+}
+
+// Hits are counted, not listed as jobs: by route and by client, since this instance started.
+function hitsSection(s) {
+  const hits = s.hits ?? {};
+  const routes = Object.entries(hits.by_route ?? {}).sort((a, b) => b[1] - a[1]);
+  const clients = hits.top_clients ?? [];
+  if (!routes.length) return [];
+  return [h('h2', {}, 'Hits'),
+    h('div', { class: 'hits' },
+      h('table', { class: 'hits-by-route' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'route'), h('th', {}, 'hits'))),
+        h('tbody', {}, ...routes.map(([r, n]) => h('tr', { data: { route: r } }, h('td', {}, r), h('td', {}, String(n)))))),
+      h('table', { class: 'hits-by-client' },
+        h('thead', {}, h('tr', {}, ...['client', 'hits', 'last hit'].map((t) => h('th', {}, t)))),
+        h('tbody', {}, ...clients.map((c) => h('tr', { data: { client: c.client } },
+          h('td', {}, c.client), h('td', {}, String(c.hits)), h('td', {}, fmt.clock(c.last_at)))))))];
 }
 
 function backendCard(name, b = {}) {
@@ -319,9 +337,10 @@ function renderOverview(view) {
   const hint = emptyCacheHint();
   const backends = h('div', { class: 'backends' });
   const cluster = h('section', { class: 'cluster' });
+  const hits = h('section', { class: 'hits-section' });
   const compileCanvas = h('canvas', { id: 'chart-compile' });
   const hitCanvas = h('canvas', { id: 'chart-hit-rate' });
-  view.append(figures, hint, cluster, h('h2', {}, 'Backends'), backends,
+  view.append(figures, hint, cluster, hits, h('h2', {}, 'Backends'), backends,
     h('div', { class: 'charts' },
       chartFigure('Compile time, last hour', compileCanvas),
       chartFigure('Cache hit rate per minute, last hour', hitCanvas)));
@@ -331,6 +350,7 @@ function renderOverview(view) {
     hint.hidden = s.cache?.entries !== 0;
     backends.replaceChildren(...BACKENDS.map((name) => backendCard(name, s.backends?.[name])));
     cluster.replaceChildren(...clusterSection(s));
+    hits.replaceChildren(...hitsSection(s));
     drawSeries(compileCanvas, hitCanvas, s);
   });
   renderJobs(view);
@@ -441,6 +461,8 @@ function kernelHeader(k) {
     ['key', k.key],
     ['backend', `${k.backend} ${(k.archs ?? []).join(', ')}`],
     ['built by', k.built_by && `instance ${k.built_by}`],
+    ['hits', k.hits && h('span', { data: { hits: String(k.hits.count) } },
+      `${k.hits.count}${k.hits.last_at ? `, last ${fmt.clock(k.hits.last_at)}` : ''} (this instance, since it started)`)],
     ['template', k.template && `${k.template.name ?? k.template.template} ${summarize(k.template.params).join(' ')}`],
     ['tensors', k.template?.inputs && [...k.template.inputs, k.template.output].map(tensorText).join(', ')],
     ['artifact', k.artifact && h('span', {}, h('a', { href: k.artifact.url, download: `${k.kernel_name}.so` }, `${k.kernel_name}.so`),

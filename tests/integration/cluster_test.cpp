@@ -168,6 +168,11 @@ TEST_F(Cluster, AKernelBuiltOnOneInstanceIsAHitOnTheOthers) {
   auto a = post_json(*servers_["a"], "/kernels", scale_request(3));
   ASSERT_EQ(a.status, 200) << a.raw;
   EXPECT_EQ(a.body["cache"], "miss");
+  // Its URLs answer on any instance (nginx may send the download elsewhere): b has never
+  // been asked for it, and copies it in from the shared tier.
+  auto download = get(*servers_["b"], a.body["artifact"]["url"].get<std::string>());
+  ASSERT_EQ(download.status, 200) << download.raw.substr(0, 300);
+  EXPECT_EQ(core::sha256_hex(download.raw), a.body["artifact"]["sha256"]);
   for (const char* id : {"b", "c"}) {
     auto r = post_json(*servers_[id], "/kernels", scale_request(3));
     EXPECT_EQ(r.body["cache"], "hit") << id << ": " << r.raw;

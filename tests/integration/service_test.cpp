@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/fsutil.hpp"
+#include "core/hash.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 
@@ -405,6 +406,101 @@ TEST_F(Service, CorruptArtifactIsDetectedWhenServedAndByVerifyThenRebuilt) {
   ASSERT_EQ(v["removed"].size(), 1u);
   EXPECT_EQ(v["removed"][0], b.body["key"]);
   EXPECT_EQ(post_json(*s, "/kernels", quick_kernel(52)).body["cache"], "miss");
+}
+
+// The memo of verified files (issue 12) must not outlive a change: the served file is
+// verified once, memoised (files older than a second), then a byte flips.
+TEST_F(Service, AFlippedByteIsNeverServedAfterTheVerificationIsMemoised) {
+  auto s = start();
+  Reply a = post_json(*s, "/kernels", quick_kernel(53));
+  ASSERT_EQ(a.status, 200);
+  const std::string key = a.body["key"];
+  const std::string url = "/kernels/" + key + "/artifact";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  Reply good = get(*s, url);
+  ASSERT_EQ(good.status, 200);
+  ASSERT_EQ(core::sha256_hex(good.raw), a.body["artifact"]["sha256"]);
+  ASSERT_EQ(get(*s, url).raw, good.raw) << "served from the memo";
+  {
+    std::fstream f(scratch_.path() / "cache" / "v1" / "objects" / key.substr(0, 2) / key / "kernel.so",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put(char(good.raw[100] ^ 0x01));
+  }
+  Reply served = get(*s, url);
+  EXPECT_EQ(served.status, 404) << "a flipped byte is never served";
+  EXPECT_NE(served.raw.find("corrupt"), std::string::npos) << served.raw;
+  EXPECT_EQ(post_json(*s, "/kernels", quick_kernel(53)).body["cache"], "miss");
+}
+
+// Downloads are content-addressed: an ETag (the sha256), immutable caching, 304, HEAD and ranges.
+TEST_F(Service, ArtifactDownloadsAreCacheableRangedAndHeadable) {
+  auto s = start();
+  Reply a = post_json(*s, "/kernels", quick_kernel(54));
+  ASSERT_EQ(a.status, 200);
+  const std::string url = "/kernels/" + a.body["key"].get<std::string>() + "/artifact";
+  const std::string etag = "\"" + a.body["artifact"]["sha256"].get<std::string>() + "\"";
+  auto c = s->client();
+  auto full = c.Get(url);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 200);
+  EXPECT_EQ(full->get_header_value("ETag"), etag);
+  EXPECT_NE(full->get_header_value("Cache-Control").find("immutable"), std::string::npos);
+  auto again = c.Get(url, {{"If-None-Match", etag}});
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 304);
+  EXPECT_TRUE(again->body.empty());
+  auto head = c.Head(url);
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->get_header_value("Content-Length"), std::to_string(full->body.size()));
+  EXPECT_TRUE(head->body.empty());
+  auto part = c.Get(url, {{"Range", "bytes=1-3"}});
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->status, 206);
+  EXPECT_EQ(part->body, full->body.substr(1, 3));  // "ELF"
+}
+
+// Hits are counted, not jobs (issue 12): after 10,000 hits /jobs still lists the one build,
+// and the counts are on /status, /metrics and the kernel.
+TEST_F(Service, TenThousandHitsAreCountedButAreNotJobs) {
+  auto s = start();
+  Reply a = post_json(*s, "/kernels", quick_kernel(55));
+  ASSERT_EQ(a.status, 200);
+  const std::string key = a.body["key"];
+  const std::string body = quick_kernel(55);
+  constexpr int kThreads = 4, kEach = 2500;  // half POST hits, half artifact downloads
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto c = s->client();
+      c.set_keep_alive(true);
+      c.set_tcp_nodelay(true);  // a POST's body is a second write: no delayed-ACK wait for it
+      for (int i = 0; i < kEach; ++i) {
+        auto r = (i + t) % 2 ? c.Post("/kernels", body, "application/json") : c.Get("/kernels/" + key + "/artifact");
+        ok += r && r->status == 200;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(ok, kThreads * kEach);
+
+  Reply jobs = get(*s, "/jobs?limit=1000");
+  ASSERT_EQ(jobs.status, 200);
+  ASSERT_EQ(jobs.body["jobs"].size(), 1u) << "builds only: " << jobs.raw.substr(0, 400);
+  EXPECT_EQ(jobs.body["jobs"][0]["cache"], "miss");
+  Reply status = get(*s, "/status");
+  EXPECT_EQ(status.body["hits"]["total"], kThreads * kEach);
+  EXPECT_EQ(status.body["hits"]["by_route"]["POST /kernels"], kThreads * kEach / 2);
+  EXPECT_EQ(status.body["hits"]["by_route"]["GET /kernels/{key}/artifact"], kThreads * kEach / 2);
+  ASSERT_EQ(status.body["hits"]["top_clients"].size(), 1u);
+  EXPECT_EQ(status.body["hits"]["top_clients"][0]["hits"], kThreads * kEach);
+  EXPECT_EQ(status.body["cache"]["hits"], kThreads * kEach / 2) << "kernel answers that were hits";
+  Reply kernel = get(*s, "/kernels/" + key);
+  EXPECT_EQ(kernel.body["hits"]["count"], kThreads * kEach);
+  EXPECT_GT(kernel.body["hits"]["last_at"].get<double>(), 0);
+  EXPECT_EQ(metric(*s, "kforge_hits_total{route=\"POST /kernels\"}"), kThreads * kEach / 2);
 }
 
 TEST_F(Service, FullCacheFilesystemIsAClearErrorAndTheServiceStaysUp) {
