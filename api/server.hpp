@@ -126,7 +126,8 @@ class Server {
   void log_line(nlohmann::json line);
   // A hit's answer: the kernel's view as bytes made once per verified manifest, with this
   // request's phases_ms appended.
-  void send_hit(httplib::Response& res, const core::BuildResult& hit, const nlohmann::json& phases_ms);
+  void send_hit(httplib::Response& res, const std::shared_ptr<const nlohmann::json>& manifest,
+                const nlohmann::json& phases_ms);
 
   ServerConfig config_;
   Services svc_;
@@ -138,6 +139,8 @@ class Server {
     std::string head;  // the JSON answer up to its closing brace
   };
   core::ShardedMap<std::shared_ptr<const HitView>> hit_views_{4096};
+  // sha256 of a POST /kernels body that was valid -> its request key.
+  core::ShardedMap<std::string> request_bodies_{16384};
   core::JobQueue jobs_;
   core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;

@@ -291,6 +291,16 @@ std::shared_ptr<const nlohmann::json> Builder::find(const std::string& key) {
   return fetched ? std::make_shared<const nlohmann::json>(std::move(*fetched)) : nullptr;
 }
 
+std::shared_ptr<const nlohmann::json> Builder::find_answer(const std::string& request_key) {
+  auto key = find_request(request_key);
+  if (!key) return nullptr;
+  auto m = find(*key);
+  if (!m || m->value("status", "") != "ok") return nullptr;
+  store_.touch(*key);
+  hits_++;
+  return m;
+}
+
 std::optional<std::string> Builder::find_request(const std::string& rkey) {
   if (auto key = store_.lookup_request(rkey)) return key;
   if (!remote_) return std::nullopt;

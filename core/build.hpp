@@ -122,6 +122,9 @@ class Builder {
   // The verified entry `key` from the local tier, else from the shared tier (copied into
   // the local one first); null when neither has it.
   std::shared_ptr<const nlohmann::json> find(const std::string& key);
+  // The entry a request key was answered with, when it is still there and compiled (not a
+  // cached failure): a hit, counted and its recency refreshed; null otherwise.
+  std::shared_ptr<const nlohmann::json> find_answer(const std::string& request_key);
 
   // The shared tier (Redis), asked on a local miss and given every publish; null: none.
   void set_remote(RedisTier* remote) { remote_ = remote; }

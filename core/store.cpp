@@ -160,20 +160,28 @@ Result<nlohmann::json> DiskStore::publish(const fs::path& staging, const std::st
   return manifest;
 }
 
+namespace {
+
+template <class Id>
+std::optional<Id> identity_of(const struct stat& st) {
+  if (!S_ISREG(st.st_mode)) return std::nullopt;
+  return Id{st.st_dev, st.st_ino, uint64_t(st.st_size),
+            int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+            int64_t(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+}
+
+}  // namespace
+
 std::optional<DiskStore::FileId> DiskStore::identify(const fs::path& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return FileId{st.st_dev, st.st_ino, uint64_t(st.st_size),
-                int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-                int64_t(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  return identity_of<FileId>(st);
 }
 
 std::optional<DiskStore::FileId> DiskStore::identify(int fd) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
-  return FileId{st.st_dev, st.st_ino, uint64_t(st.st_size),
-                int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-                int64_t(st.st_ctim.tv_sec) * 1'000'000'000 + st.st_ctim.tv_nsec};
+  if (::fstat(fd, &st) != 0) return std::nullopt;
+  return identity_of<FileId>(st);
 }
 
 bool DiskStore::racy(const FileId& id) const {
