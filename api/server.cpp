@@ -251,7 +251,16 @@ void raise_backlog(int port) {
 
 }  // namespace
 
+bool Server::valid() const {
+  return http_->is_valid();
+}
+
 core::Result<int> Server::bind() {
+  if (!valid()) {
+    return core::fail(core::ErrorKind::kInternal,
+                      "the TLS server could not be set up from --tls-cert " + config_.tls_cert +
+                          " and --tls-key " + config_.tls_key);
+  }
   int port = config_.port == 0
                  ? http_->bind_to_any_port(config_.host)
                  : (http_->bind_to_port(config_.host, config_.port) ? config_.port : -1);

@@ -93,6 +93,9 @@ class Server {
   void run();                // blocks until stop()
   void stop();
   bool tls() const { return !config_.tls_cert.empty(); }
+  // False when httplib's SSLServer could not take the certificate and key (its SSL context
+  // is null): such a server would accept connections and fail every handshake.
+  bool valid() const;
 
   // This instance as the cluster registry shows it: id, version, queue, cache outcomes.
   nlohmann::json instance_status() const;

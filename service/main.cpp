@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "api/server.hpp"
+#include "api/tls.hpp"
 #include "core/fsutil.hpp"
 #include "core/templates/gemm.hpp"
 
@@ -295,6 +296,16 @@ int serve(const Args& a) {
     std::cerr << "kforge serve: --tls-cert and --tls-key go together\n";
     return 2;
   }
+  // The pair is checked before anything else starts: a certificate that has expired, is not
+  // valid yet or is not the key's is refused here, not at every client's handshake.
+  if (!cfg.tls_cert.empty()) {
+    auto tls = api::check_tls_files(cfg.tls_cert, cfg.tls_key);
+    if (!tls) {
+      std::cerr << "kforge serve: " << tls.error().message << "\n";
+      return 2;
+    }
+    std::cerr << "kforge: TLS with " << cfg.tls_cert << ": " << *tls << "\n";
+  }
   core::BuildConfig bcfg;
   bcfg.compile_timeout = std::chrono::seconds(num("compile-timeout"));
   bcfg.output_cap = num("compile-output-cap");
@@ -427,6 +438,12 @@ int serve(const Args& a) {
               << "\n";
   }
   api::Server server(cfg, {builder, *store, toolchains, bencher, *sandbox, auth});
+  if (!server.valid()) {  // OpenSSL refused what check_tls_files accepted
+    const std::string why = api::openssl_errors();
+    std::cerr << "kforge serve: the TLS server could not be set up from --tls-cert " << cfg.tls_cert
+              << " and --tls-key " << cfg.tls_key << (why.empty() ? "" : ": " + why) << "\n";
+    return 2;
+  }
   auto port = server.bind();
   if (!port) {
     std::cerr << "kforge: " << port.error().message << "\n";
