@@ -143,7 +143,7 @@ run() {
   local slug=$1 label=$2 pid=$3 url=$4 lua=${5:-}
   local before after out
   before=$( [ "$pid" = - ] && echo - || rss_kb "$pid")
-  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency ${lua:+-s "$lua"} "$url")
+  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --timeout 60s --latency ${lua:+-s "$lua"} "$url")
   after=$( [ "$pid" = - ] && echo - || rss_kb "$pid")
   echo "$out" >"$WORK/$slug.wrk"
   local rps p50 p99 non2xx sock
@@ -158,7 +158,7 @@ run() {
   echo "$rps" >"$WORK/$slug.rps"
 }
 
-echo "wrk -t$THREADS -c$CONNS -d${DURATION}s --latency; artifact of $BYTES bytes; $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')); $(date -u +%F)"
+echo "wrk -t$THREADS -c$CONNS -d${DURATION}s --timeout 60s --latency; artifact of $BYTES bytes; $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')); $(date -u +%F)"
 echo
 echo "| what | requests/s | p50 | p99 | non-2xx | socket errors | kforge RSS MiB before → after |"
 echo "|---|---|---|---|---|---|---|"

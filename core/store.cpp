@@ -271,6 +271,11 @@ std::shared_ptr<const nlohmann::json> DiskStore::memo_manifest(const std::string
 }
 
 std::optional<std::string> DiskStore::read_verified(const std::string& key, const std::string& name) {
+  const std::string hot_key = key + "/" + name;
+  if (auto hot = hot_files_.get(hot_key)) {
+    if (identify(entry_dir(key) / name) == (*hot)->id) return (*hot)->data;
+    hot_files_.erase(hot_key);
+  }
   // Only this file's identity is checked against the memo: it is all that is read.
   auto v = verified_.get(key).value_or(nullptr);
   bool fresh = false;
@@ -302,7 +307,10 @@ std::optional<std::string> DiskStore::read_verified(const std::string& key, cons
     ::close(fd);
     if (!id) return std::nullopt;
     // The descriptor is the verified file, unchanged: its bytes are the verified bytes.
-    if (*id == it->second && !racy(*id) && data.size() == id->size) return data;
+    if (*id == it->second && !racy(*id) && data.size() == id->size) {
+      if (data.size() <= kHotFileMax) hot_files_.put(hot_key, std::make_shared<const HotFile>(HotFile{*id, data}));
+      return data;
+    }
     if (!fresh) {  // changed since the memo (or another entry under the key): verify again
       verified_.erase(key);
       v = nullptr;
@@ -327,7 +335,7 @@ bool DiskStore::discarded(const std::string& key) const {
 }
 
 void DiskStore::remove_entry(const std::string& key) {
-  verified_.erase(key);
+  verified_.erase(key);  // (hot files are checked by identity: a removed file fails it)
   fs::path dir = entry_dir(key);
   fs::path trash = staging_ / ("trash." + unique_suffix());
   std::error_code ec;

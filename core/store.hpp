@@ -200,6 +200,15 @@ class DiskStore {
   ShardedMap<std::shared_ptr<Verified>> verified_{4096};
   ShardedMap<std::string> requests_memo_{65536};  // request key -> kernel key (a function)
   ShardedMap<bool> discarded_{1024};
+  // The bytes of small files served lately, with the identity they were verified at: a
+  // download whose file still has it (one stat) is answered from memory. At most 256
+  // files of at most 256 KiB.
+  struct HotFile {
+    FileId id;
+    std::string data;
+  };
+  static constexpr size_t kHotFileMax = 256 << 10;
+  ShardedMap<std::shared_ptr<const HotFile>> hot_files_{256};
   void discard(const std::string& key);  // removes a bad entry, and remembers why
 
   std::filesystem::path staging_;  // tmp/proc.<pid>.<nonce>, locked while we live
