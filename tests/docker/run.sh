@@ -96,20 +96,19 @@ fi
 step "podman build -f docker/Dockerfile"
 build_start=$SECONDS
 # --format docker keeps HEALTHCHECK (OCI images have no such field); --pull=never: the base
-# is the local one (Docker Hub is out of reach anyway); --jobs 2: the runtime stage's
-# packages install while the build stage compiles.
+# is the local one (Docker Hub is out of reach anyway). The build stage first, under a name
+# of its own: then pruning removes only what earlier builds left behind, never the layer
+# cache of this one; the whole image then takes that stage from the cache.
 BUILD=("${PODMAN[@]}" build --network=host --pull=never --format docker --layers "${LIMITS[@]}"
   -f "$SRC/docker/Dockerfile")
-if ! "${BUILD[@]}" --jobs 2 -t "$IMAGE" "$SRC" >"$WORK/build.log" 2>&1; then
+if ! "${BUILD[@]}" --target build -t "$BUILD_STAGE" "$SRC" >"$WORK/build.log" 2>&1 ||
+  ! "${BUILD[@]}" -t "$IMAGE" "$SRC" >>"$WORK/build.log" 2>&1; then
   tail -40 "$WORK/build.log"
   fail "podman build failed"
 fi
 build_s=$((SECONDS - build_start))
 size=$("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE")
 echo "image $IMAGE: $((size / 1000000)) MB, built in $build_s s"
-# The build stage's last layer is named too (from the layer cache: no work), so that pruning
-# removes only what earlier builds left behind, never the cache of this one.
-"${BUILD[@]}" --target build -t "$BUILD_STAGE" "$SRC" >>"$WORK/build.log" 2>&1 || fail "podman build --target build failed"
 "${PODMAN[@]}" image prune -f --filter "label=$LABEL" >/dev/null 2>>"$PLOG" || true
 
 # --- the runtime image holds what serving needs and nothing to build kforge with ----------
