@@ -20,6 +20,8 @@ def main():
     ap.add_argument("--budget-ms", type=float, default=100)
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="kforge-autotune-")
+    # mkdtemp makes it 0700; as root, kforge runs compilers as the sandbox uid, which must reach the cache
+    os.chmod(work, 0o755)
     log_path = os.path.join(work, "server.log")
     proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache")],
                             stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True)

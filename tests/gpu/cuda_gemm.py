@@ -196,6 +196,8 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     work = tempfile.mkdtemp(prefix="kforge-gpu-")
+    # mkdtemp makes it 0700; as root, kforge runs compilers as the sandbox uid, which must reach the cache
+    os.chmod(work, 0o755)
     os.makedirs(os.path.join(work, "cache"))
     proc, url = start_server(args.kforge, os.path.join(work, "cache"))
     print(f"# device: {torch.cuda.get_device_name()}  torch {torch.__version__}  server {url}", flush=True)
