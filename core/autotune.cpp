@@ -1,6 +1,7 @@
 #include "core/autotune.hpp"
 
 #include <algorithm>
+#include <deque>
 #include <future>
 #include <iomanip>
 #include <sstream>
@@ -134,13 +135,14 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   auto ref_dir = store_.make_staging();
   if (!ref_dir) return std::unexpected(ref_dir.error());
   run_opts.reference_outputs = (*ref_dir / "reference.bin").string();
-  struct RemoveDir {
-    fs::path dir;
-    ~RemoveDir() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } remove_ref{*ref_dir};
+  RemoveOnExit remove_ref{*ref_dir};
+  // Every kernel benchmarked here stays in the cache until the ranking is done (eviction
+  // after another build would otherwise take it from under its benchmark).
+  std::deque<DiskStore::Pin> pins;
+  for (const auto& o : outcomes) {
+    if (o.manifest) pins.emplace_back(store_, (*o.manifest)["key"].get<std::string>());
+  }
+  if (reference) pins.emplace_back(store_, reference->value("key", ""));
   json vendor;
   json ranked = json::array();
   if (phase) phase("benchmarking");

@@ -284,10 +284,10 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   return out;
 }
 
-std::shared_ptr<const nlohmann::json> Builder::find(const std::string& key) {
+std::shared_ptr<const nlohmann::json> Builder::find(const std::string& key, bool polling) {
   if (auto m = store_.lookup(key)) return m;
   if (!remote_) return nullptr;
-  auto fetched = remote_->fetch(key, store_);
+  auto fetched = remote_->fetch(key, store_, polling);
   return fetched ? std::make_shared<const nlohmann::json>(std::move(*fetched)) : nullptr;
 }
 
@@ -331,7 +331,7 @@ Result<nlohmann::json> Builder::compile_once(const PreparedRequest& prepared, co
     if (!waited) remote_->count_lease_wait();
     waited = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (auto m = find(kernel.key)) {
+    if (auto m = find(kernel.key, /*polling=*/true)) {
       joined = true;
       return *m;
     }

@@ -121,7 +121,8 @@ class Builder {
 
   // The verified entry `key` from the local tier, else from the shared tier (copied into
   // the local one first); null when neither has it.
-  std::shared_ptr<const nlohmann::json> find(const std::string& key);
+  // `polling`: asked again while another instance builds it (not counted as a miss).
+  std::shared_ptr<const nlohmann::json> find(const std::string& key, bool polling = false);
   // The entry a request key was answered with, when it is still there and compiled (not a
   // cached failure): a hit, counted and its recency refreshed; null otherwise.
   std::shared_ptr<const nlohmann::json> find_answer(const std::string& request_key);

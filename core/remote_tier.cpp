@@ -179,10 +179,10 @@ std::optional<RedisTier::Reply> RedisTier::command(const std::vector<std::string
   return out;
 }
 
-std::optional<nlohmann::json> RedisTier::fetch(const std::string& key, DiskStore& store) {
+std::optional<nlohmann::json> RedisTier::fetch(const std::string& key, DiskStore& store, bool polling) {
   auto m = command({"GET", k("manifest", key)});
   if (!m || !m->ok() || m->nil()) {
-    if (m) count(&RemoteCounters::misses);
+    if (m && !polling) count(&RemoteCounters::misses);
     return std::nullopt;
   }
   nlohmann::json manifest = nlohmann::json::parse(m->str, nullptr, false);

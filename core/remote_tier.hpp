@@ -71,7 +71,9 @@ class RedisTier {
 
   // Copies entry `key` from Redis into `store` (verifying every blob) and returns the
   // published manifest; nullopt on a miss, a missing or corrupt blob, or Redis down.
-  std::optional<nlohmann::json> fetch(const std::string& key, DiskStore& store);
+  // `polling`: a waiter asking again for a build another instance runs; its absence is
+  // not counted as a miss.
+  std::optional<nlohmann::json> fetch(const std::string& key, DiskStore& store, bool polling = false);
   // Shares the published entry `manifest` (its files read from store.entry_dir(key)).
   void share(const nlohmann::json& manifest, DiskStore& store);
   std::optional<std::string> get_request(const std::string& rkey);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <set>
@@ -186,6 +187,28 @@ ProcessSpec Sandbox::wrap(ProcessSpec spec) const {
     spec.argv = std::move(argv);
   }
   return spec;
+}
+
+std::string Sandbox::cannot_reach(const fs::path& dir) const {
+  const auto uid = child_uid();
+  if (mode_ != Mode::kNone || !uid) return "";  // bwrap makes the parents of its mounts 0755
+  std::error_code ec;
+  const fs::path full = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  fs::path at;
+  for (const auto& part : full) {
+    at /= part;
+    struct stat st {};
+    if (::stat(at.c_str(), &st) != 0) break;  // made later, by the service, 0755
+    const mode_t x = st.st_uid == *uid ? S_IXUSR : st.st_gid == limits_.gid ? S_IXGRP : S_IXOTH;
+    if (!(st.st_mode & x)) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+      return "compilers run as uid " + std::to_string(*uid) + " (--sandbox-uid; no bwrap here), which cannot reach " +
+             full.string() + ": " + at.string() + " is mode " + mode + " (chmod o+x " + at.string() +
+             ", or choose another --cache-dir)";
+    }
+  }
+  return "";
 }
 
 Spawner Sandbox::spawner(Spawner inner) const {

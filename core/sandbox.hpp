@@ -71,6 +71,10 @@ class Sandbox {
   // could not be started (bwrap refusing a mount, a missing program).
   Spawner spawner(Spawner inner = run_process) const;
   uint64_t failures() const { return failures_->load(); }
+  // Without bwrap but as root, children run as the sandbox uid in the host's file system:
+  // every directory from / down to `dir` must let that uid through. Why it cannot (the
+  // first directory that stops it), or "" when it can or the question does not arise.
+  std::string cannot_reach(const std::filesystem::path& dir) const;
 
  private:
   Sandbox(Mode mode, std::string reason, std::filesystem::path bwrap,

@@ -403,6 +403,11 @@ int serve(const Args& a) {
     return 2;
   }
   std::cerr << "kforge: sandbox " << sandbox->mode_name() << " (" << sandbox->reason() << ")\n";
+  // Every compile would fail (with a compiler's "cannot open" error): say why, at start.
+  if (const std::string why = sandbox->cannot_reach(store->root()); !why.empty()) {
+    std::cerr << "kforge serve: " << why << "\n";
+    return 2;
+  }
   std::unique_ptr<core::RedisTier> remote;
   if (const std::string redis = get("redis"); !redis.empty()) {
     auto url = core::RedisUrl::parse(redis);

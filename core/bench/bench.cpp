@@ -204,7 +204,14 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
   }
   const std::string digest = sha256_hex(device.dump()).substr(0, 16);
   const std::string key = manifest.value("key", "");
-  const fs::path stored = store_.entry_dir(key) / "bench" / (digest + ".json");
+  // A result answers for a device and for what ran on it: a template kernel's tensors are
+  // its own, a source-mode kernel's are the request's (other tensors: another result).
+  std::string name = digest;
+  if (!manifest.contains("template")) {
+    const json workload = {{"inputs", o.inputs}, {"output", o.output}, {"extra_args", o.extra_args}};
+    name += "-" + sha256_hex(workload.dump()).substr(0, 16);
+  }
+  const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
   if (!o.force) {
     if (auto text = read_file(stored)) {
       json cached = json::parse(*text, nullptr, false);

@@ -41,6 +41,22 @@ TEST_F(Bench, SourceKernelIsTimed) {
   EXPECT_TRUE(r.body["phases_ms"].contains("benchmark"));
 }
 
+// A stored result answers only for what it measured: the same source-mode kernel on other
+// tensors is measured again, not answered with the old timing.
+TEST_F(Bench, ASourceKernelOnOtherTensorsIsMeasuredAgain) {
+  const std::string body = "for (int64_t i = 0; i < n; ++i) y[i] = 3 * x[i];\n  return 0;";
+  auto small = post_json(*server_, "/kernels", cpu_source_request(body, 1024, 5).dump());
+  ASSERT_EQ(small.status, 200) << small.raw;
+  ASSERT_EQ(small.body["benchmark"]["status"], "ok") << small.raw;
+  EXPECT_FALSE(small.body["benchmark"]["cached"].get<bool>());
+  auto again = post_json(*server_, "/kernels", cpu_source_request(body, 1024, 5).dump());
+  EXPECT_TRUE(again.body["benchmark"]["cached"].get<bool>()) << "the same tensors: the stored result";
+  auto big = post_json(*server_, "/kernels", cpu_source_request(body, 1 << 20, 5).dump());
+  ASSERT_EQ(big.body["benchmark"]["status"], "ok") << big.raw;
+  EXPECT_EQ(big.body["key"], small.body["key"]) << "one kernel";
+  EXPECT_FALSE(big.body["benchmark"]["cached"].get<bool>()) << "other tensors: measured again";
+}
+
 TEST_F(Bench, CrashingHangingAndFailingKernelsGiveFailedResultsAndTheServiceStaysUp) {
   struct Case {
     std::string body;

@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 
+#include "core/sandbox.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::core {
@@ -87,6 +90,30 @@ TEST(Process, StdinIsDelivered) {
 TEST(Process, FindProgram) {
   EXPECT_EQ(find_program("sh", "/nonexistent:/bin"), "/bin/sh");
   EXPECT_TRUE(find_program("no-such-program-kforge", "/bin:/usr/bin").empty());
+}
+
+}  // namespace
+}  // namespace kforge::core
+
+namespace kforge::core {
+namespace {
+
+// As root without bwrap, children run as the sandbox uid in the host's file system: a
+// cache under a 0700 directory is refused at start, naming the directory, instead of
+// failing every compile with the compiler's "cannot open".
+TEST(Sandbox, ADirectoryTheSandboxUidCannotReachIsNamed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "the sandbox uid applies when the service is root";
+  testing::Scratch s;
+  const auto closed = s.path() / "closed";
+  std::filesystem::create_directories(closed / "cache");
+  std::filesystem::permissions(s.path(), std::filesystem::perms(0755));
+  std::filesystem::permissions(closed, std::filesystem::perms(0700));
+  auto sandbox = Sandbox::make("none", {}, SandboxLimits{});
+  ASSERT_TRUE(sandbox);
+  const std::string why = sandbox->cannot_reach(closed / "cache");
+  EXPECT_NE(why.find(closed.string() + " is mode 0700"), std::string::npos) << why;
+  std::filesystem::permissions(closed, std::filesystem::perms(0755));
+  EXPECT_EQ(sandbox->cannot_reach(closed / "cache"), "");
 }
 
 }  // namespace
