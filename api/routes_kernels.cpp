@@ -327,7 +327,7 @@ void Server::kernel_routes() {
                                                       m->value("kernel_name", key) +
                                                       (what == "artifact" ? ".so\"" : ".o\""));
           }
-          if (!config_.accel_redirect.empty()) {
+          if (binary && !config_.accel_redirect.empty()) {
             // nginx sends the file: checked here to be unchanged since it was verified.
             if (!svc_.store.lookup(key))
               return send_problem(res, problem_json(404, "kernel " + key + " was corrupt on disk and has been removed; submit it again"));

@@ -163,7 +163,9 @@ TEST_F(Bench, AutotuneRanksChoicesNamesTheWinnerAndCachesTheAnswer) {
   EXPECT_EQ(again.body["winner"]["key"], r.body["winner"]["key"]);
   EXPECT_EQ(metric(*server_, "kforge_benchmark_runs_total"), runs);
   EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), compiles);
-  // The server log has Inductor-style AUTOTUNE lines, one per choice.
+  // The server log has Inductor-style AUTOTUNE lines, one per choice. The log is written by
+  // a background thread: a stop (SIGTERM) flushes it, so stop the server before reading.
+  server_.reset();
   auto log = core::read_file(scratch_ / "server.log").value();
   EXPECT_NE(log.find("AUTOTUNE gemm(128x200 float32, 200x96 float32)"), std::string::npos);
   EXPECT_NE(log.find(ch[0]["kernel_name"].get<std::string>() + " "), std::string::npos);

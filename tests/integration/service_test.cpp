@@ -461,6 +461,30 @@ TEST_F(Service, ArtifactDownloadsAreCacheableRangedAndHeadable) {
   EXPECT_EQ(part->body, full->body.substr(1, 3));  // "ELF"
 }
 
+// Behind nginx (--accel-redirect): a download is an empty 200 naming the file under the
+// cache root for nginx to send; the source and the log are still served by kforge.
+TEST_F(Service, AccelRedirectHandsDownloadsToTheProxy) {
+  auto s = start({"--accel-redirect", "/kforge-cache/"});
+  Reply a = post_json(*s, "/kernels", quick_kernel(56));
+  ASSERT_EQ(a.status, 200);
+  const std::string key = a.body["key"];
+  auto c = s->client();
+  auto so = c.Get("/kernels/" + key + "/artifact");
+  ASSERT_TRUE(so);
+  EXPECT_EQ(so->status, 200);
+  EXPECT_TRUE(so->body.empty());
+  const std::string target = so->get_header_value("X-Accel-Redirect");
+  EXPECT_EQ(target, "/kforge-cache/v1/objects/" + key.substr(0, 2) + "/" + key + "/kernel.so");
+  auto bytes = core::read_file(scratch_.path() / "cache" / target.substr(std::string("/kforge-cache/").size()));
+  ASSERT_TRUE(bytes);
+  EXPECT_EQ(core::sha256_hex(*bytes), a.body["artifact"]["sha256"]) << "the file it names is the artifact";
+  auto src = c.Get("/kernels/" + key + "/source");
+  ASSERT_TRUE(src);
+  EXPECT_EQ(src->status, 200);
+  EXPECT_FALSE(src->has_header("X-Accel-Redirect"));
+  EXPECT_NE(src->body.find(a.body["kernel_name"].get<std::string>()), std::string::npos);
+}
+
 // Hits are counted, not jobs (issue 12): after 10,000 hits /jobs still lists the one build,
 // and the counts are on /status, /metrics and the kernel.
 TEST_F(Service, TenThousandHitsAreCountedButAreNotJobs) {
