@@ -6,6 +6,7 @@
 #include "core/fsutil.hpp"
 #include "core/utf8.hpp"
 #include "core/templates/template.hpp"
+#include "core/why.hpp"
 #include "core/wrapper.hpp"
 
 namespace kforge::api {
@@ -60,6 +61,10 @@ core::JobQueue::Work Server::build_work(core::BuildPlan plan, nlohmann::json ben
     job.set_info("kernel_name", built->manifest.value("kernel_name", ""));
     nlohmann::json body = kernel_view(built->manifest);
     body["cache"] = built->cache;
+    if (built->cache == "miss" && plan.why.is_object()) {  // why it was not in the cache
+      body["miss_reason"] = plan.why["miss_reason"];
+      body["miss_nearest"] = plan.why["nearest"];
+    }
     if (!benchmark.is_null()) {
       job.set_state(core::JobState::kBenchmarking);
       const auto t0 = Clock::now();
@@ -246,6 +251,31 @@ void Server::post_autotune(const httplib::Request& req, httplib::Response& res) 
   send_json(res, *result);
 }
 
+std::optional<std::pair<core::PreparedRequest, core::RenderedKernel>> Server::render_request(
+    const httplib::Request& req, httplib::Response& res) {
+  auto body = core::parse_json_body(req.body, config_.max_json_depth);
+  if (!body) {
+    send_error(res, body.error());
+    return std::nullopt;
+  }
+  auto kreq = core::parse_kernel_request(*body, config_.limits);
+  if (!kreq) {
+    send_error(res, kreq.error());
+    return std::nullopt;
+  }
+  auto prepared = svc_.builder.prepare(*kreq);
+  if (!prepared) {
+    send_error(res, prepared.error());
+    return std::nullopt;
+  }
+  auto kernel = svc_.builder.render(*prepared);
+  if (!kernel) {
+    send_error(res, kernel.error());
+    return std::nullopt;
+  }
+  return std::pair{std::move(*prepared), std::move(*kernel)};
+}
+
 void Server::kernel_routes() {
   route("POST", "/kernels", "/kernels", Role::kSubmit,
         [this](const httplib::Request& req, httplib::Response& res) { post_kernel(req, res); });
@@ -259,6 +289,8 @@ void Server::kernel_routes() {
           auto m = svc_.builder.find(key);  // in a cluster, another instance may have built it
           if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
           nlohmann::json j = kernel_view(*m);
+          j["inputs"] = m->value("inputs", nlohmann::json(nullptr));  // what its key was made of
+          j["why_url"] = "/kernels/" + key + "/why";
           // How often this instance served it from the cache since it started.
           const auto hits = hits_.kernel(key);
           j["hits"] = {{"count", hits ? hits->hits : 0},
@@ -350,33 +382,66 @@ void Server::kernel_routes() {
 
   route("POST", "/render", "/render", Role::kSubmit,
         [this](const httplib::Request& req, httplib::Response& res) {
-          auto body = core::parse_json_body(req.body, config_.max_json_depth);
-          if (!body) return send_error(res, body.error());
-          auto kreq = core::parse_kernel_request(*body, config_.limits);
-          if (!kreq) return send_error(res, kreq.error());
-          auto prepared = svc_.builder.prepare(*kreq);
-          if (!prepared) return send_error(res, prepared.error());
-          auto kernel = svc_.builder.render(*prepared);
-          if (!kernel) return send_error(res, kernel.error());
+          auto r = render_request(req, res);
+          if (!r) return;
+          const auto& [prepared, kernel] = *r;
           nlohmann::json argv = nlohmann::json::array();
-          for (const auto& step : kernel->steps) argv.push_back(step.argv);
+          for (const auto& step : kernel.steps) argv.push_back(step.argv);
           nlohmann::json j = {
-              {"key", kernel->key},
-              {"request_key", prepared->request_key},
-              {"kernel_name", kernel->abi.symbol},
-              {"backend", core::backend_name(kreq->backend)},
-              {"archs", prepared->archs},
-              {"source", core::substitute_kernel_name(kernel->source, kernel->abi.symbol)},
-              {"abi", kernel->abi.to_json()},
-              {"workspace_bytes", kernel->abi.workspace_bytes
-                                      ? nlohmann::json(*kernel->abi.workspace_bytes)
+              {"key", kernel.key},
+              {"request_key", prepared.request_key},
+              {"kernel_name", kernel.abi.symbol},
+              {"backend", core::backend_name(prepared.req.backend)},
+              {"archs", prepared.archs},
+              {"source", core::substitute_kernel_name(kernel.source, kernel.abi.symbol)},
+              {"abi", kernel.abi.to_json()},
+              {"workspace_bytes", kernel.abi.workspace_bytes
+                                      ? nlohmann::json(*kernel.abi.workspace_bytes)
                                       : nlohmann::json(nullptr)},
               {"wrapper",
-               {{"python", core::python_wrapper(kernel->abi, kreq->backend)},
-                {"cpp", core::cpp_wrapper(kernel->abi, kreq->backend)}}},
+               {{"python", core::python_wrapper(kernel.abi, prepared.req.backend)},
+                {"cpp", core::cpp_wrapper(kernel.abi, prepared.req.backend)}}},
               {"compile", {{"argv", argv}}}};
-          if (prepared->req.tmpl) j["template"] = prepared->req.tmpl->to_json();
+          if (prepared.req.tmpl) j["template"] = prepared.req.tmpl->to_json();
           send_json(res, j);
+        });
+
+  // Would this request hit, and if not, why not: the nearest entry of the same kernel and
+  // the inputs that differ (core/why.hpp). Compiles nothing.
+  route("POST", "/explain", "/explain", Role::kSubmit,
+        [this](const httplib::Request& req, httplib::Response& res) {
+          auto r = render_request(req, res);
+          if (!r) return;
+          const auto& [prepared, kernel] = *r;
+          const std::string ext(core::source_extension(prepared.req.backend));
+          nlohmann::json j = {{"key", kernel.answer_key()},
+                              {"request_key", prepared.request_key},
+                              {"kernel_name", kernel.answer_name()},
+                              {"backend", core::backend_name(prepared.req.backend)},
+                              {"archs", prepared.archs},
+                              {"inputs", core::key_inputs(prepared, kernel)}};
+          if (auto m = svc_.builder.find(kernel.answer_key())) {
+            j["cache"] = (*m).value("status", "") == "failed" ? "hit (a cached compile error)" : "hit";
+            j["nearest"] = {{"key", (*m)["key"]},
+                            {"kernel_name", m->value("kernel_name", "")},
+                            {"status", m->value("status", "")},
+                            {"created_at", m->value("created_at", 0)}};
+            j["miss_reason"] = nlohmann::json::array();
+          } else {
+            j["cache"] = "miss";
+            j.update(core::explain_miss(svc_.store, {kernel.key, core::kernel_family(prepared, kernel),
+                                                     j["inputs"], kernel.source, "source." + ext}));
+          }
+          send_json(res, j);
+        });
+
+  route("GET", "/kernels/{key}/why", R"(/kernels/([^/]+)/why)", Role::kRead,
+        [this](const httplib::Request& req, httplib::Response& res) {
+          std::string key;
+          if (!valid_key(req, res, key)) return;
+          auto m = svc_.builder.find(key);
+          if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
+          send_json(res, core::explain_entry(svc_.store, *m));
         });
 
   auto describe = [this](const core::templates::Template& t) {

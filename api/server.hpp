@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -116,6 +117,10 @@ class Server {
   // POST /kernels after parsing: plan, answer a hit, or queue the build and wait.
   void post_kernel(const httplib::Request& req, httplib::Response& res);
   void post_autotune(const httplib::Request& req, httplib::Response& res);
+  // A request body validated, prepared and rendered (POST /render, /explain); nullopt
+  // when it was not, with the problem already answered.
+  std::optional<std::pair<core::PreparedRequest, core::RenderedKernel>> render_request(
+      const httplib::Request& req, httplib::Response& res);
   // The job's work for a planned miss (and for a benchmark).
   core::JobQueue::Work build_work(core::BuildPlan plan, nlohmann::json benchmark);
   // A build routed through the queue, blocking (the autotuner's compile).

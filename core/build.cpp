@@ -11,6 +11,7 @@
 #include "core/hash.hpp"
 #include "core/templates/template.hpp"
 #include "core/utf8.hpp"
+#include "core/why.hpp"
 
 namespace kforge::core {
 namespace fs = std::filesystem;
@@ -20,15 +21,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-// The key hashes the source without leading and trailing whitespace: editors and
-// generators disagree on the final newline, the compiler does not care.
-std::string_view strip(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
 }
 
 std::string shell_quote_for_log(const std::vector<std::string>& argv) {
@@ -42,6 +34,13 @@ std::string shell_quote_for_log(const std::vector<std::string>& argv) {
 }
 
 }  // namespace
+
+std::string_view key_source_text(std::string_view s) {
+  size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return {};
+  size_t e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
 
 std::string kernel_key(const KeyInputs& in) {
   nlohmann::json argv = nlohmann::json::array();
@@ -63,7 +62,7 @@ std::string kernel_key(const KeyInputs& in) {
        {{"realpath", in.toolchain->compiler.string()},
         {"version_sha256", sha256_hex(in.toolchain->version_text)}}},
       {"argv", argv},
-      {"source", strip(in.source)},
+      {"source", key_source_text(in.source)},
   };
   return sha256_hex(canon.dump());
 }
@@ -237,6 +236,10 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   if (!k.export_name.empty()) {  // the same source failed under another name
     if (auto m = find(k.key); m && m->value("status", "") == "failed") return answer(std::move(m));
   }
+  t = Clock::now();
+  plan.why = explain_miss(store_, {k.key, kernel_family(plan.prepared, k), key_inputs(plan.prepared, k), k.source,
+                                   "source." + std::string(source_extension(req.backend))});
+  plan.phases_ms["explain"] = ms_since(t);
   return plan;
 }
 
@@ -497,6 +500,9 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
     manifest["template"] = req.tmpl->to_json();
     manifest["template"]["reference"] = req.reference;
   }
+  // What the key was made of, for "why did this miss" (core/why.hpp).
+  manifest["inputs"] = key_inputs(prepared, kernel);
+  manifest["family"] = kernel_family(prepared, kernel);
   if (failed) {
     compile_info["log_text"] = log;
     manifest["compile"] = compile_info;

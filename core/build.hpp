@@ -57,6 +57,9 @@ struct KeyInputs {
   std::vector<IncludeDir> includes;  // hashed as their libraries' identities, not host paths
 };
 std::string kernel_key(const KeyInputs& in);
+// The source as the key hashes it: without leading and trailing whitespace (editors and
+// generators disagree on the final newline; the compiler does not care).
+std::string_view key_source_text(std::string_view source);
 // The key of a kernel exported under `name`: the kernel `key` relinked (DESIGN: export entries).
 std::string export_key(const std::string& key, const std::string& name);
 std::string kernel_symbol(Backend backend, std::string_view family, const std::string& key);
@@ -98,6 +101,8 @@ struct BuildPlan {
   std::optional<RenderedKernel> kernel;  // absent when the request key answered
   std::optional<BuildResult> hit;
   nlohmann::json phases_ms = nlohmann::json::object();
+  // A miss: why (core/why.hpp: {"nearest", "miss_reason"}); null for a hit.
+  nlohmann::json why;
   const std::string& key() const {
     return hit ? hit->manifest["key"].get_ref<const std::string&>() : kernel->answer_key();
   }

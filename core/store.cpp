@@ -64,7 +64,7 @@ nlohmann::json CacheStats::to_json() const {
 }
 
 DiskStore::DiskStore(fs::path root) : root_(std::move(root)), v1_(root_ / "v1") {
-  for (const char* d : {"objects", "requests", "tmp"}) fs::create_directories(v1_ / d);
+  for (const char* d : {"objects", "requests", "families", "tmp"}) fs::create_directories(v1_ / d);
   staging_ = v1_ / "tmp" / ("proc." + std::to_string(::getpid()) + "." + unique_suffix());
   fs::create_directories(staging_);
   lock_fd_ = try_lock(staging_ / ".lock");
@@ -157,7 +157,67 @@ Result<nlohmann::json> DiskStore::publish(const fs::path& staging, const std::st
     return fail(ErrorKind::kInternal, "cannot publish " + key + ": " + std::strerror(err));
   }
   if (auto r = fsync_path(dest.parent_path()); !r) return std::unexpected(r.error());
+  index_family(manifest);
   return manifest;
+}
+
+namespace {
+
+bool is_hex(const std::string& s, size_t size) {
+  return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
+void DiskStore::index_family(const nlohmann::json& manifest) {
+  // An exported kernel is its base kernel renamed: the base stands for both.
+  if (!manifest.contains("family") || !manifest["family"].is_string() || manifest.contains("export")) return;
+  const std::string family = manifest["family"];
+  if (!is_hex(family, 32)) return;
+  const fs::path dir = v1_ / "families" / family.substr(0, 2) / family;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  // Advisory: a link lost in a crash only makes an explanation less precise.
+  const int fd = ::open((dir / manifest["key"].get<std::string>()).c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
+}
+
+std::optional<int64_t> DiskStore::published_ns(const std::string& key) const {
+  struct stat st {};
+  if (::stat((entry_dir(key) / "manifest.json").c_str(), &st) != 0) return std::nullopt;
+  return int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+std::vector<DiskStore::FamilyMember> DiskStore::family_members(const std::string& family, size_t limit) const {
+  if (!is_hex(family, 32)) return {};
+  std::vector<FamilyMember> members;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(v1_ / "families" / family.substr(0, 2) / family, ec)) {
+    std::string key = e.path().filename().string();
+    if (!is_hex(key, 64)) continue;
+    if (auto at = published_ns(key)) members.push_back({std::move(key), *at});  // else gone
+  }
+  std::sort(members.begin(), members.end(),
+            [](const auto& a, const auto& b) { return a.published_ns > b.published_ns; });
+  if (members.size() > limit) members.resize(limit);
+  return members;
+}
+
+uint64_t DiskStore::drop_dangling_family_links() {
+  uint64_t n = 0;
+  std::vector<fs::path> dangling;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(v1_ / "families", ec)) {
+    std::error_code fe;
+    const std::string key = e.path().filename().string();
+    if (e.is_regular_file(fe) && (!is_hex(key, 64) || !fs::exists(entry_dir(key) / "manifest.json", fe)))
+      dangling.push_back(e.path());
+  }
+  for (const auto& p : dangling) {
+    std::error_code rm;
+    if (fs::remove(p, rm)) ++n;
+  }
+  return n;
 }
 
 namespace {
@@ -476,6 +536,7 @@ GcResult DiskStore::collect_garbage() {
   for (const auto& key : expired) remove_entry(key);
   r.expired = expired.size();
   r.dangling_requests = drop_dangling_requests();
+  r.dangling_family_links = drop_dangling_family_links();
   r.staging_items = clear_staging();
   return r;
 }

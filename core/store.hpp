@@ -1,13 +1,16 @@
 // The content-addressed kernel cache, disk tier (DESIGN §5).
 //
 // Layout, as a grammar:
-//   root        := <root>/v1/ (objects | requests | tmp)
+//   root        := <root>/v1/ (objects | requests | families | tmp)
 //   objects     := objects/<key[0:2]>/<key>/ entry
 //   entry       := manifest.json kernel.so [kernel.o] source.<ext> compile.log
 //   [bench/<device>.json]
 //                | manifest.json source.<ext> compile.log            (negative entry: status
 //                "failed")
 //   requests    := requests/<rkey[0:2]>/<rkey>     one line: the kernel key it resolves to
+//   families    := families/<fam[0:2]>/<fam>/<key>  empty: <key> is an entry of the kernel
+//                  family <fam> (manifest "family", 32 hex; core/why.hpp), an index for
+//                  "why did this miss" that gc keeps in step with objects/
 //   tmp         := tmp/proc.<pid>.<nonce>/ (.lock | build.<n>/ | trash.<n>/ | *.ref)
 //                  one staging directory per live process, held by flock on .lock; a
 //                  directory whose lock is free belongs to a dead process and is garbage
@@ -75,7 +78,7 @@ struct EvictResult {
 };
 
 struct GcResult {
-  uint64_t expired = 0, dangling_requests = 0, staging_items = 0;
+  uint64_t expired = 0, dangling_requests = 0, dangling_family_links = 0, staging_items = 0;
 };
 
 struct VerifyResult {
@@ -124,6 +127,18 @@ class DiskStore {
   // The verified manifest from the memo alone, nothing on disk looked at; null when not
   // memoised (then lookup()). For a reader that goes on to read_verified().
   std::shared_ptr<const nlohmann::json> memo_manifest(const std::string& key) const;
+  // The manifest as it is on disk, checked (format, key, expiry) but its files not hashed:
+  // for reading what an entry was made of, never for serving it.
+  std::optional<nlohmann::json> peek_manifest(const std::string& key) { return read_manifest(key); }
+  // The entries of the kernel family `family` that are still there, newest first (by when
+  // they were published, in ns), at most `limit`.
+  struct FamilyMember {
+    std::string key;
+    int64_t published_ns = 0;
+  };
+  std::vector<FamilyMember> family_members(const std::string& family, size_t limit) const;
+  // When an entry was published (its manifest's mtime, ns); nullopt when it is not there.
+  std::optional<int64_t> published_ns(const std::string& key) const;
   // Whether this process removed the entry because it was corrupt, malformed or expired
   // (recently: a bounded memory), as opposed to never having had it.
   bool discarded(const std::string& key) const;
@@ -197,6 +212,9 @@ class DiskStore {
   std::filesystem::path root_;
   std::filesystem::path v1_;
   uint64_t drop_dangling_requests();
+  uint64_t drop_dangling_family_links();
+  // Adds a published entry to its family's index (when its manifest names one).
+  void index_family(const nlohmann::json& manifest);
   ShardedMap<std::shared_ptr<Verified>> verified_{4096};
   ShardedMap<std::string> requests_memo_{65536};  // request key -> kernel key (a function)
   ShardedMap<bool> discarded_{1024};

@@ -379,6 +379,26 @@ std::string cuda_native_arch(std::string compute_cap, const std::vector<std::str
   return std::find(archs.begin(), archs.end(), specific) != archs.end() ? specific : "sm_" + compute_cap;
 }
 
+std::vector<std::string> Toolchain::arch_flags(const std::vector<std::string>& arch_list) const {
+  std::vector<std::string> flags;
+  switch (backend) {
+    case Backend::kCpu:
+      // Resolved targets always parse; the flags are the target's whole spelling.
+      return CpuTarget::parse(arch_list.front(), isa_features, "/arch").value().flags();
+    case Backend::kCuda:
+      for (const auto& a : arch_list) {
+        std::string num = a.substr(3);
+        flags.push_back("-gencode");
+        flags.push_back("arch=compute_" + num + ",code=[sm_" + num + ",compute_" + num + "]");
+      }
+      break;
+    case Backend::kRocm:
+      for (const auto& a : arch_list) flags.push_back("--offload-arch=" + a);
+      break;
+  }
+  return flags;
+}
+
 std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>& arch_list,
                                                   const CompileOptions& o,
                                                   const std::string& source_file,
@@ -386,35 +406,27 @@ std::vector<CompileStep> Toolchain::compile_steps(const std::vector<std::string>
   std::vector<std::string> common{compiler.string(), "-std=c++17"};
   for (const auto& [name, value] : o.defines) common.push_back("-D" + name + (value ? "=" + *value : ""));
   for (const auto& inc : includes) common.push_back("-I" + inc.dir.string());
-  std::vector<std::string> arch_flags;
+  std::vector<std::string> target_flags = arch_flags(arch_list);
   std::vector<std::string> shared_flags;
   switch (backend) {
     case Backend::kCpu:
-      // Resolved targets always parse; the flags are the target's whole spelling.
-      arch_flags = CpuTarget::parse(arch_list.front(), isa_features, "/arch").value().flags();
-      arch_flags.insert(arch_flags.end(), {"-fPIC", "-fopenmp"});
+      target_flags.insert(target_flags.end(), {"-fPIC", "-fopenmp"});
       shared_flags = {"-shared"};
       break;
     case Backend::kCuda:
-      for (const auto& a : arch_list) {
-        std::string num = a.substr(3);
-        arch_flags.push_back("-gencode");
-        arch_flags.push_back("arch=compute_" + num + ",code=[sm_" + num + ",compute_" + num + "]");
-      }
       // constexpr host functions called from device code: CUTLASS/CuTe need it.
-      arch_flags.insert(arch_flags.end(),
+      target_flags.insert(target_flags.end(),
                         {"--expt-relaxed-constexpr", "-Xcompiler", "-fPIC", "-Xptxas", "-v"});
       shared_flags = {"-shared", "-cudart", "shared"};
       break;
     case Backend::kRocm:
-      for (const auto& a : arch_list) arch_flags.push_back("--offload-arch=" + a);
-      arch_flags.insert(arch_flags.end(), {"-fPIC", "-Rpass-analysis=kernel-resource-usage"});
+      target_flags.insert(target_flags.end(), {"-fPIC", "-Rpass-analysis=kernel-resource-usage"});
       shared_flags = {"-shared", "-fPIC"};
       break;
   }
   auto cmd = common;
   add_opt_flags(cmd, o, backend);
-  cmd.insert(cmd.end(), arch_flags.begin(), arch_flags.end());
+  cmd.insert(cmd.end(), target_flags.begin(), target_flags.end());
   if (!o.aot) {
     cmd.insert(cmd.end(), shared_flags.begin(), shared_flags.end());
     cmd.insert(cmd.end(), {source_file, "-o", "kernel.so"});
@@ -430,7 +442,7 @@ CompileStep Toolchain::link_step(const std::vector<std::string>& arch_list) cons
     case Backend::kCpu: link.insert(link.end(), {"-shared", "-fopenmp"}); break;
     case Backend::kCuda: link.insert(link.end(), {"-shared", "-cudart", "shared"}); break;
     case Backend::kRocm:
-      for (const auto& a : arch_list) link.push_back("--offload-arch=" + a);
+      for (auto& f : arch_flags(arch_list)) link.push_back(std::move(f));
       link.insert(link.end(), {"-shared", "-fPIC"});
       break;
   }

@@ -84,6 +84,9 @@ struct Toolchain {
                                          const CompileOptions& options,
                                          const std::string& source_file,
                                          const std::vector<IncludeDir>& includes = {}) const;
+  // What `archs` (resolved) put on a compiler's command line: the part of the flags that
+  // the arch, not the options, decides.
+  std::vector<std::string> arch_flags(const std::vector<std::string>& archs) const;
   // The link step alone (kernel.o -> kernel.so), as compile_steps' second step with aot.
   CompileStep link_step(const std::vector<std::string>& archs) const;
 

@@ -1,6 +1,7 @@
 // The `kforge` executable: parses the command line and wires the layers together.
 //   kforge serve [--host H] [--port P] [--cache-dir DIR] ...
 //   kforge submit FILE.json --server URL --out DIR
+//   kforge explain FILE.json --server URL
 //   kforge toolchains [--server URL]
 #include <httplib.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -36,6 +38,7 @@ constexpr const char* kUsage = R"(usage: kforge <command> [options]
 commands:
   serve              run the compilation service (kforge serve --help lists its settings)
   submit FILE        send a request (FILE.json, or - for stdin) and save what comes back
+  explain FILE       would this request hit the cache, and if not, why not
   toolchains         show the compilers this host has (or a server has, with --server)
   cache stats|gc|verify
                      look after a cache directory (also while a server uses it)
@@ -45,6 +48,11 @@ kforge submit FILE --server URL [--out DIR] [--token T]
   the source, <name>_wrapper.py (the ctypes wrapper; it loads <name>.so beside it),
   <name>.h (the C++ wrapper) and <name>.json (the full answer) into DIR. Prints the
   summary. --token (or KFORGE_TOKEN) is sent as `Authorization: Bearer`.
+
+kforge explain FILE --server URL [--token T] [--json]
+  asks URL/explain whether the request in FILE (or - for stdin) would hit, and if not,
+  why: the nearest cached entry of the same kernel and each input that differs (compiler,
+  flags, arch, a template parameter, tensors, a source diff). Compiles nothing.
 
 kforge toolchains [--server URL] [--token T]
 
@@ -134,6 +142,8 @@ std::optional<Args> parse_args(int argc, char** argv, int first) {
       if (auto eq = name.find('='); eq != std::string::npos) {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
+      } else if (name == "json" || name == "insecure") {  // switches: no value
+        value = "1";
       } else if (i + 1 < argc) {
         value = argv[++i];
       } else {
@@ -516,6 +526,7 @@ int cache(const Args& a) {
     const auto g = store->collect_garbage();
     out["removed"] = {{"expired_negative_entries", g.expired},
                       {"dangling_requests", g.dangling_requests},
+                      {"dangling_family_links", g.dangling_family_links},
                       {"dead_staging_items", g.staging_items}};
     if (auto it = a.flags.find("max-bytes"); it != a.flags.end()) {
       const auto r = store->evict(number("max-bytes", it->second));
@@ -546,27 +557,46 @@ std::optional<httplib::Client> client_for(const Args& a) {
   return c;
 }
 
-int submit(const Args& a) {
+// The request body a client command sends: FILE, or stdin for "-"; nullopt (and a message
+// naming `cmd`) when it cannot be read.
+std::optional<std::string> read_request(const Args& a, const char* cmd) {
   if (a.positional.size() != 1) {
-    std::cerr << "kforge submit: expected one FILE.json (or -)\n";
-    return 2;
+    std::cerr << "kforge " << cmd << ": expected one FILE.json (or -)\n";
+    return std::nullopt;
   }
-  std::string body;
   if (a.positional[0] == "-") {
     std::ostringstream ss;
     ss << std::cin.rdbuf();
-    body = ss.str();
-  } else {
-    auto r = core::read_file(a.positional[0]);
-    if (!r) {
-      std::cerr << "kforge submit: " << r.error().message << "\n";
-      return 2;
-    }
-    body = *r;
+    return ss.str();
   }
+  auto r = core::read_file(a.positional[0]);
+  if (!r) {
+    std::cerr << "kforge " << cmd << ": " << r.error().message << "\n";
+    return std::nullopt;
+  }
+  return *r;
+}
+
+// An answer that is not a success, on stderr: the problem's detail, fields and log.
+void print_failure(const char* cmd, int status, const nlohmann::json& j, const std::string& raw) {
+  std::cerr << "kforge " << cmd << ": HTTP " << status << "\n";
+  if (j.is_discarded()) {
+    std::cerr << raw << "\n";
+    return;
+  }
+  std::cerr << j.value("detail", "") << "\n";
+  for (const auto& e : j.value("errors", nlohmann::json::array())) {
+    std::cerr << "  " << e.value("field", "") << ": " << e.value("message", "") << "\n";
+  }
+  if (j.contains("log") && j["log"].is_string()) std::cerr << j["log"].get<std::string>();
+}
+
+int submit(const Args& a) {
+  auto body = read_request(a, "submit");
+  if (!body) return 2;
   auto cli = client_for(a);
   if (!cli) return 2;
-  auto res = cli->Post("/kernels", body, "application/json");
+  auto res = cli->Post("/kernels", *body, "application/json");
   if (!res) {
     std::cerr << "kforge submit: cannot reach " << setting(a, "server", "") << ": "
               << httplib::to_string(res.error()) << "\n";
@@ -590,16 +620,7 @@ int submit(const Args& a) {
     }
   }
   if (status != 200 || j.is_discarded()) {
-    std::cerr << "kforge submit: HTTP " << status << "\n";
-    if (!j.is_discarded()) {
-      std::cerr << j.value("detail", "") << "\n";
-      for (const auto& e : j.value("errors", nlohmann::json::array())) {
-        std::cerr << "  " << e.value("field", "") << ": " << e.value("message", "") << "\n";
-      }
-      if (j.contains("log")) std::cerr << j["log"].get<std::string>();
-    } else {
-      std::cerr << res->body << "\n";
-    }
+    print_failure("submit", status, j, res->body);
     return 1;
   }
   const std::string name = j["kernel_name"];
@@ -632,6 +653,79 @@ int submit(const Args& a) {
     if (!ok) return 1;
     std::cout << "written  " << (out / name).string() << ".{so," << ext.substr(1) << ",h,json} and "
               << name << "_wrapper.py\n";
+  }
+  return 0;
+}
+
+std::string utc_time(int64_t unix_s) {
+  const std::time_t t = unix_s;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+// The reason a miss-explanation gives, one input per line (a source diff indented below).
+void print_miss_reason(const nlohmann::json& reason) {
+  auto text = [](const nlohmann::json& v) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_array() && std::all_of(v.begin(), v.end(), [](const auto& x) { return x.is_string(); })) {
+      std::string out;
+      for (const auto& x : v) out += (out.empty() ? "" : " ") + x.get<std::string>();
+      return out.empty() ? std::string("(none)") : out;
+    }
+    return v.dump();
+  };
+  for (const auto& item : reason) {
+    const std::string input = item.value("input", "");
+    if (item.contains("detail") && !item.contains("was")) {
+      std::cout << "  " << input << ": " << item["detail"].get<std::string>() << "\n";
+      continue;
+    }
+    if (item.contains("diff")) {
+      std::cout << "  " << input << ":\n";
+      std::istringstream lines(item["diff"].get<std::string>());
+      for (std::string line; std::getline(lines, line);) std::cout << "    " << line << "\n";
+      continue;
+    }
+    std::cout << "  " << input << ": was " << text(item["was"]) << ", now " << text(item["now"]);
+    if (item.contains("detail")) std::cout << " (" << item["detail"].get<std::string>() << ")";
+    std::cout << "\n";
+  }
+}
+
+int explain(const Args& a) {
+  auto body = read_request(a, "explain");
+  if (!body) return 2;
+  auto cli = client_for(a);
+  if (!cli) return 2;
+  auto res = cli->Post("/explain", *body, "application/json");
+  if (!res) {
+    std::cerr << "kforge explain: cannot reach " << setting(a, "server", "") << ": "
+              << httplib::to_string(res.error()) << "\n";
+    return 1;
+  }
+  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  if (res->status != 200 || !j.is_object()) {
+    print_failure("explain", res->status, j, res->body);
+    return 1;
+  }
+  if (a.flags.contains("json")) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "kernel   " << j.value("kernel_name", "") << "\n"
+            << "key      " << j.value("key", "") << "\n"
+            << "cache    " << j.value("cache", "") << "\n";
+  const auto& near = j["nearest"];
+  if (near.is_object()) {
+    std::cout << "nearest  " << near.value("key", "") << " (" << near.value("kernel_name", "") << ", built "
+              << utc_time(near.value("created_at", int64_t{0})) << ")\n";
+  }
+  if (!j.value("miss_reason", nlohmann::json::array()).empty()) {
+    std::cout << "why\n";
+    print_miss_reason(j["miss_reason"]);
   }
   return 0;
 }
@@ -677,6 +771,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return serve(*args);
   if (cmd == "submit") return submit(*args);
   if (cmd == "toolchains") return toolchains(*args);
+  if (cmd == "explain") return explain(*args);
   if (cmd == "cache") return cache(*args);
   std::cerr << "kforge: unknown command `" << cmd << "`\n" << kUsage;
   return 2;

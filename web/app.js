@@ -473,6 +473,27 @@ function kernelHeader(k) {
     h('dl', { class: 'meta' }, meta.map(([dt, dd]) => [h('dt', {}, dt), h('dd', {}, dd)])));
 }
 
+// Why the kernel was built: the nearest entry of the same kernel cached before it, and each
+// key input that differs (GET /kernels/{key}/why).
+function whyPanel(why) {
+  if (!why) return null;
+  const valueText = (v) => (Array.isArray(v) && v.every((x) => typeof x === 'string') ? v.join(' ') || '(none)'
+    : typeof v === 'string' ? v : JSON.stringify(v));
+  const reasons = why.miss_reason ?? [];
+  const near = why.nearest;
+  return panel('why', 'Why it was built',
+    h('p', { class: 'why-nearest' }, near
+      ? ['nearest earlier entry: ', h('a', { href: `#/kernels/${near.key}` }, near.kernel_name), ` (${fmt.clock(near.created_at)})`]
+      : 'no earlier entry of this kernel to compare with'),
+    h('table', { class: 'why' },
+      h('thead', {}, h('tr', {}, ['input', 'was', 'now'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, reasons.map((r) => h('tr', { data: { input: r.input } },
+        h('td', { class: 'col-input' }, r.input),
+        r.diff != null ? h('td', { colspan: 2 }, h('pre', { class: 'diff' }, r.diff))
+          : r.was === undefined ? h('td', { colspan: 2 }, r.detail ?? '')
+            : [h('td', { class: 'col-was' }, valueText(r.was)), h('td', { class: 'col-now' }, valueText(r.now), r.detail ? h('small', {}, ` ${r.detail}`) : null)])))));
+}
+
 async function renderKernel(view, key) {
   const box = h('div', { class: 'kernel', data: { state: 'loading' } }, empty('loading…'));
   view.append(box);
@@ -486,7 +507,8 @@ async function renderKernel(view, key) {
     return;
   }
   const text = (url) => api(url, 'text').catch((e) => `(${e.message})`);
-  const [source, log] = await Promise.all([text(k.source_url), text(k.log_url)]);
+  const [source, log, why] = await Promise.all([text(k.source_url), text(k.log_url),
+    api(`/kernels/${encodeURIComponent(key)}/why`).catch(() => null)]);
   const failed = k.status === 'failed';
   const c = k.compile ?? {};
   const abi = k.abi ?? {};
@@ -498,6 +520,7 @@ async function renderKernel(view, key) {
       h('h3', {}, 'compilation failed'), h('p', {}, 'A cached compile error (a negative entry); the compiler log follows.')),
     failed && logPanel,
     panel('source', 'Source', codeBlock(source, 'source')),
+    whyPanel(why),
     panel('compile', 'Compile',
       h('pre', { class: 'argv' }, fmt.shell(c.argv)),
       h('p', {}, `${c.compiler ?? ''} — ${firstLine(c.version)} — ${c.seconds?.toFixed(3) ?? '?'} s`)),

@@ -180,6 +180,11 @@ async function checkKernels(page, work) {
   await go(page, `#/kernels/${work.bad.key}`);
   await expectShown(page, '.kernel[data-state="failed"] [data-state="compile-failed"]', 'failed kernel shown as a compile error');
   await expectShown(page, '[data-section="log"] pre.log', 'failed kernel shows the compiler log', 'error');
+  // It was built after `ok`, the same kernel but for one line: its page says so with a diff.
+  await expectShown(page, `[data-section="why"] .why-nearest a[href="#/kernels/${work.ok.key}"]`,
+    'failed kernel: "why it was built" names the kernel before it as the nearest');
+  await expectShown(page, '[data-section="why"] tr[data-input="source"] pre.diff',
+    'failed kernel: "why it was built" shows the source diff', '+++ b/source.cpp');
   await page.screenshot({ path: path.join(opts.out, 'kernel-failed.png'), fullPage: true });
 
   await go(page, `#/kernels/${'0'.repeat(64)}`);
