@@ -167,6 +167,22 @@ bool is_hex(const std::string& s, size_t size) {
   return s.size() == size && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
+// Removes every regular file under `dir` that `doomed` picks; returns how many went.
+uint64_t remove_files_if(const fs::path& dir, const std::function<bool(const fs::path&)>& doomed) {
+  std::vector<fs::path> picked;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(dir, ec)) {
+    std::error_code fe;
+    if (e.is_regular_file(fe) && doomed(e.path())) picked.push_back(e.path());
+  }
+  uint64_t n = 0;
+  for (const auto& p : picked) {
+    std::error_code rm;
+    n += fs::remove(p, rm);
+  }
+  return n;
+}
+
 }  // namespace
 
 void DiskStore::index_family(const nlohmann::json& manifest) {
@@ -204,20 +220,10 @@ std::vector<DiskStore::FamilyMember> DiskStore::family_members(const std::string
 }
 
 uint64_t DiskStore::drop_dangling_family_links() {
-  uint64_t n = 0;
-  std::vector<fs::path> dangling;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(v1_ / "families", ec)) {
-    std::error_code fe;
-    const std::string key = e.path().filename().string();
-    if (e.is_regular_file(fe) && (!is_hex(key, 64) || !fs::exists(entry_dir(key) / "manifest.json", fe)))
-      dangling.push_back(e.path());
-  }
-  for (const auto& p : dangling) {
-    std::error_code rm;
-    if (fs::remove(p, rm)) ++n;
-  }
-  return n;
+  return remove_files_if(v1_ / "families", [this](const fs::path& link) {
+    const std::string key = link.filename().string();
+    return !is_hex(key, 64) || !fs::exists(entry_dir(key) / "manifest.json");
+  });
 }
 
 namespace {
@@ -542,20 +548,10 @@ GcResult DiskStore::collect_garbage() {
 }
 
 uint64_t DiskStore::drop_dangling_requests() {
-  uint64_t n = 0;
-  std::vector<fs::path> dangling;
-  std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(v1_ / "requests", ec)) {
-    std::error_code fe;
-    if (!e.is_regular_file(fe)) continue;
-    auto key = lookup_request(e.path().filename().string());
-    if (!key || !fs::exists(entry_dir(*key) / "manifest.json")) dangling.push_back(e.path());
-  }
-  for (const auto& p : dangling) {
-    std::error_code rm;
-    if (fs::remove(p, rm)) ++n;
-  }
-  return n;
+  return remove_files_if(v1_ / "requests", [this](const fs::path& pointer) {
+    auto key = lookup_request(pointer.filename().string());
+    return !key || !fs::exists(entry_dir(*key) / "manifest.json");
+  });
 }
 
 }  // namespace kforge::core

@@ -591,17 +591,25 @@ void print_failure(const char* cmd, int status, const nlohmann::json& j, const s
   if (j.contains("log") && j["log"].is_string()) std::cerr << j["log"].get<std::string>();
 }
 
+// POSTs a client command's JSON body; null (and a message naming `cmd`) when the server
+// cannot be reached.
+httplib::Result post_body(httplib::Client& cli, const Args& a, const char* cmd, const char* path,
+                          const std::string& body) {
+  auto res = cli.Post(path, body, "application/json");
+  if (!res) {
+    std::cerr << "kforge " << cmd << ": cannot reach " << setting(a, "server", "") << ": "
+              << httplib::to_string(res.error()) << "\n";
+  }
+  return res;
+}
+
 int submit(const Args& a) {
   auto body = read_request(a, "submit");
   if (!body) return 2;
   auto cli = client_for(a);
   if (!cli) return 2;
-  auto res = cli->Post("/kernels", *body, "application/json");
-  if (!res) {
-    std::cerr << "kforge submit: cannot reach " << setting(a, "server", "") << ": "
-              << httplib::to_string(res.error()) << "\n";
-    return 1;
-  }
+  auto res = post_body(*cli, a, "submit", "/kernels", *body);
+  if (!res) return 1;
   int status = res->status;
   auto j = nlohmann::json::parse(res->body, nullptr, false);
   // 202: the build outlived the request; follow its job until it ends.
@@ -700,12 +708,8 @@ int explain(const Args& a) {
   if (!body) return 2;
   auto cli = client_for(a);
   if (!cli) return 2;
-  auto res = cli->Post("/explain", *body, "application/json");
-  if (!res) {
-    std::cerr << "kforge explain: cannot reach " << setting(a, "server", "") << ": "
-              << httplib::to_string(res.error()) << "\n";
-    return 1;
-  }
+  auto res = post_body(*cli, a, "explain", "/explain", *body);
+  if (!res) return 1;
   auto j = nlohmann::json::parse(res->body, nullptr, false);
   if (res->status != 200 || !j.is_object()) {
     print_failure("explain", res->status, j, res->body);
