@@ -112,7 +112,9 @@ Server::Server(ServerConfig config, Services services)
   }
   const size_t threads = config_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(config_.max_body_bytes);
+  // One payload limit for every route in httplib 0.11: the larger of the two. route() refuses
+  // a body over --max-body on every other route.
+  http_->set_payload_max_length(std::max(config_.max_body_bytes, config_.max_import_bytes));
   http_->set_read_timeout(config_.read_timeout_s);
   http_->set_write_timeout(config_.write_timeout_s);
   http_->set_keep_alive_timeout(5);
@@ -189,6 +191,7 @@ Server::Server(ServerConfig config, Services services)
               {"client", req.remote_addr}});
   });
   kernel_routes();
+  cache_routes();
   job_routes();
   status_routes();
 }
@@ -207,6 +210,8 @@ void Server::route(const char* method, const std::string& api_path, const std::s
   Handler guarded = [this, role, label, h = std::move(handler)](const httplib::Request& req,
                                                                 httplib::Response& res) {
     t_route = label;
+    if (req.body.size() > config_.max_body_bytes)
+      return send_problem(res, problem_json(413, "the request body is over the size limit", "/"));
     if (role != Role::kNone) {
       if (auto ok = svc_.auth.check(req.get_header_value("Authorization"), role); !ok)
         return send_error(res, ok.error());
@@ -218,6 +223,22 @@ void Server::route(const char* method, const std::string& api_path, const std::s
   } else {
     http_->Get(pattern, std::move(guarded));
   }
+}
+
+void Server::route_reader(const std::string& api_path, Role role, ReaderHandler handler) {
+  routes_.push_back({"POST", api_path});
+  const char* label = route_labels_.emplace_back(api_path).c_str();
+  http_->Post(api_path, [this, role, label, h = std::move(handler)](const httplib::Request& req, httplib::Response& res,
+                                                                   const httplib::ContentReader& reader) {
+    t_route = label;
+    if (role != Role::kNone) {
+      if (auto ok = svc_.auth.check(req.get_header_value("Authorization"), role); !ok) {
+        reader([](const char*, size_t) { return true; });  // read and dropped: the client gets the answer
+        return send_error(res, ok.error());
+      }
+    }
+    h(req, res, reader);
+  });
 }
 
 void Server::log_line(nlohmann::json line) {

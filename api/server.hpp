@@ -37,6 +37,7 @@
 #include "core/toolchain.hpp"
 
 namespace httplib {
+class ContentReader;
 class Server;
 struct Request;
 struct Response;
@@ -48,6 +49,7 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8080;
   size_t max_body_bytes = 4 << 20;
+  size_t max_import_bytes = 0;  // POST /cache/import's body (0: max_body_bytes)
   size_t max_json_depth = 32;
   core::RequestLimits limits;
   size_t max_choices = 64;  // autotune choices per request
@@ -110,6 +112,11 @@ class Server {
   // Registers a handler behind the role check and records its OpenAPI path.
   void route(const char* method, const std::string& api_path, const std::string& pattern, Role role,
              Handler h);
+  // A POST route that reads its own body (after the role check): POST /cache/import.
+  using ReaderHandler =
+      std::function<void(const httplib::Request&, httplib::Response&, const httplib::ContentReader&)>;
+  void route_reader(const std::string& api_path, Role role, ReaderHandler h);
+  void cache_routes();  // api/routes_cache.cpp
   void kernel_routes();
   void job_routes();
   void status_routes();

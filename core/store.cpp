@@ -547,6 +547,24 @@ GcResult DiskStore::collect_garbage() {
   return r;
 }
 
+std::vector<std::string> DiskStore::keys() const {
+  std::vector<std::string> keys;
+  for_each_entry(v1_ / "objects", [&](const std::string& key, const fs::path&) { keys.push_back(key); });
+  return keys;
+}
+
+std::vector<std::pair<std::string, std::string>> DiskStore::request_pointers() {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : fs::recursive_directory_iterator(v1_ / "requests", ec)) {
+    std::error_code fe;
+    const std::string rkey = e.path().filename().string();
+    if (!e.is_regular_file(fe) || !is_hex_key(rkey)) continue;
+    if (auto key = lookup_request(rkey)) out.emplace_back(rkey, *key);
+  }
+  return out;
+}
+
 uint64_t DiskStore::drop_dangling_requests() {
   return remove_files_if(v1_ / "requests", [this](const fs::path& pointer) {
     auto key = lookup_request(pointer.filename().string());

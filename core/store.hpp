@@ -173,6 +173,10 @@ class DiskStore {
 
   std::optional<std::string> lookup_request(const std::string& rkey);
   Result<void> put_request(const std::string& rkey, const std::string& key);
+  // What is on disk now, unverified (for export, core/cache_archive.hpp): every published
+  // entry's key, and every request pointer as (rkey, kernel key).
+  std::vector<std::string> keys() const;
+  std::vector<std::pair<std::string, std::string>> request_pointers();
 
   // The time source, a seam for tests of expiry.
   void set_clock(std::function<std::chrono::system_clock::time_point()> now) {

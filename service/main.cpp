@@ -3,6 +3,7 @@
 //   kforge submit FILE.json --server URL --out DIR
 //   kforge explain FILE.json --server URL
 //   kforge toolchains [--server URL]
+//   kforge cache stats|gc|verify|export|import [--cache-dir DIR] ...
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 
 #include "api/server.hpp"
 #include "api/tls.hpp"
+#include "core/cache_archive.hpp"
 #include "core/fsutil.hpp"
 #include "core/templates/gemm.hpp"
 
@@ -40,7 +42,7 @@ commands:
   submit FILE        send a request (FILE.json, or - for stdin) and save what comes back
   explain FILE       would this request hit the cache, and if not, why not
   toolchains         show the compilers this host has (or a server has, with --server)
-  cache stats|gc|verify
+  cache stats|gc|verify|export|import
                      look after a cache directory (also while a server uses it)
 
 kforge submit FILE --server URL [--out DIR] [--token T]
@@ -61,6 +63,13 @@ kforge cache gc     [--cache-dir DIR] [--max-bytes N]
                     drop expired compile errors, dangling request keys, dead staging;
                     with --max-bytes, evict least recently used entries down to N
 kforge cache verify [--cache-dir DIR]               re-hash every file; drop corrupt entries
+kforge cache export [--cache-dir DIR] [--since T] [--match FIELD=GLOB]... -o FILE
+                    write the cache's kernels to one archive (tar + zstd; FILE - is stdout).
+                    T: unix seconds or an ISO-8601 UTC date/time; FIELD: key, backend,
+                    kernel_name, arch or template; every --match must hold
+kforge cache import FILE [--cache-dir DIR]
+                    verify every file of the archive, then publish its kernels (nothing
+                    when anything fails; entries already there are left as they are)
 )";
 
 // Every setting of `kforge serve`: a flag --NAME, the variable KFORGE_<NAME>, or a line
@@ -96,6 +105,8 @@ constexpr SettingSpec kServeSettings[] = {
     {"tls-cert", "", "PEM certificate: serve HTTPS (with --tls-key)"},
     {"tls-key", "", "PEM private key for --tls-cert"},
     {"max-body", "4194304", "largest request body, bytes"},
+    {"max-import-bytes", "0", "largest POST /cache/import archive, bytes (0: --max-body); above --max-body, "
+                              "other routes read a body up to this size before refusing it"},
     {"max-source", "1048576", "largest kernel source, bytes"},
     {"max-json-depth", "32", "deepest nesting of a request's JSON"},
     {"max-list", "16", "longest list in a request (archs, inputs, epilogue ops)"},
@@ -152,6 +163,7 @@ std::optional<Args> parse_args(int argc, char** argv, int first) {
       }
       // --library may be given more than once: the values are joined as a list.
       if (name == "library" && a.flags.contains(name)) a.flags[name] += "," + value;
+      else if (name == "match" && a.flags.contains(name)) a.flags[name] += "\n" + value;  // globs may hold commas
       else a.flags[name] = value;
     } else {
       a.positional.push_back(s);
@@ -265,6 +277,7 @@ int serve(const Args& a) {
   cfg.host = get("host");
   cfg.port = static_cast<int>(num("port"));
   cfg.max_body_bytes = num("max-body");
+  cfg.max_import_bytes = num("max-import-bytes");
   cfg.max_json_depth = num("max-json-depth");
   cfg.limits.max_source_bytes = num("max-source");
   cfg.limits.max_archs = cfg.limits.max_inputs = cfg.limits.max_epilogue = num("max-list");
@@ -508,9 +521,46 @@ int serve(const Args& a) {
 
 int cache(const Args& a) {
   const std::string what = a.positional.empty() ? "" : a.positional[0];
-  if (what != "stats" && what != "gc" && what != "verify") {
-    std::cerr << "kforge cache: expected stats, gc or verify\n";
+  if (what != "stats" && what != "gc" && what != "verify" && what != "export" && what != "import") {
+    std::cerr << "kforge cache: expected stats, gc, verify, export or import\n";
     return 2;
+  }
+  // export -o FILE / import FILE (parse_args leaves "-o" among the positionals)
+  std::string archive;
+  if (what == "export") {
+    const auto o = std::find(a.positional.begin(), a.positional.end(), "-o");
+    archive = o != a.positional.end() && o + 1 != a.positional.end() ? *(o + 1) : setting(a, "out", "");
+    if (archive.empty()) {
+      std::cerr << "kforge cache export: -o FILE is required (- for stdout)\n";
+      return 2;
+    }
+  } else if (what == "import") {
+    if (a.positional.size() != 2) {
+      std::cerr << "kforge cache import: expected one FILE\n";
+      return 2;
+    }
+    archive = a.positional[1];
+  }
+  core::ExportOptions export_opts;
+  export_opts.kforge_version = KFORGE_VERSION;
+  if (auto it = a.flags.find("since"); it != a.flags.end()) {
+    auto since = core::parse_since(it->second, "--since");
+    if (!since) {
+      std::cerr << "kforge cache export: --" << since.error().message << "\n";
+      return 2;
+    }
+    export_opts.since = *since;
+  }
+  if (auto it = a.flags.find("match"); it != a.flags.end()) {
+    std::istringstream in(it->second);
+    for (std::string m; std::getline(in, m);) {
+      auto match = core::parse_match(m, "--match");
+      if (!match) {
+        std::cerr << "kforge cache export: --" << match.error().message << "\n";
+        return 2;
+      }
+      export_opts.matches.push_back(*match);
+    }
   }
   const std::string dir_setting = setting(a, "cache-dir", "");
   std::unique_ptr<core::DiskStore> store;
@@ -537,9 +587,38 @@ int cache(const Args& a) {
     const auto r = store->verify_all();
     out["checked"] = r.checked;
     out["removed"] = r.removed;
+  } else if (what == "export") {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto snap = core::ExportSnapshot::take(*store, export_opts);
+    auto bytes = !snap ? core::Result<uint64_t>(std::unexpected(snap.error()))
+                 : archive == "-"
+                     ? (*snap)->write([](const char* d, size_t n) { return std::fwrite(d, 1, n, stdout) == n; })
+                     : (*snap)->write_file(archive);
+    if (!bytes) {
+      std::cerr << "kforge cache export: " << bytes.error().message << "\n";
+      return 1;
+    }
+    std::fflush(stdout);
+    out["archive"] = archive;
+    out["entries"] = (*snap)->entries();
+    out["requests"] = (*snap)->requests();
+    out["bytes"] = *bytes;
+    out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } else if (what == "import") {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = core::import_archive(*store, archive);
+    if (!r) {
+      std::cerr << "kforge cache import: " << r.error().message << "\n";
+      out.update(r.error().extra);
+      out["stats"] = store->stats().to_json();
+      std::cout << out.dump(2) << "\n";
+      return 1;
+    }
+    out.update(r->to_json());
+    out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   out["stats"] = store->stats().to_json();
-  std::cout << out.dump(2) << "\n";
+  (archive == "-" ? std::cerr : std::cout) << out.dump(2) << "\n";
   return what == "verify" && !out["removed"].empty() ? 1 : 0;
 }
 
