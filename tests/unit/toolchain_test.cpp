@@ -97,7 +97,7 @@ TEST(CpuTarget, NativeIsTheNameAndEveryFeatureAndTuningItImplies) {
   tc.isa_features = known;
   auto key = [&](const std::string& arch) {
     auto steps = tc.compile_steps({arch}, {}, "source.cpp");
-    return kernel_key({Backend::kCpu, {arch}, &tc, steps, "int KERNEL_NAME();"});
+    return kernel_key({Backend::kCpu, {arch}, &tc, steps, "int KERNEL_NAME();", {}});
   };
   EXPECT_NE(key(t->str()), key(t2->str()));
   EXPECT_EQ(key(t->str()), key(cpu_native_target(kExpansion, kMarchFeatures, nullptr)->str()));
@@ -177,7 +177,7 @@ TEST(Toolchain, KeyDependsOnEverythingThatChangesTheArtifact) {
   CompileOptions o;
   auto key = [&](const std::string& arch, const CompileOptions& opt, const std::string& src) {
     return kernel_key(
-        {Backend::kCpu, {arch}, &tc, tc.compile_steps({arch}, opt, "source.cpp"), src});
+        {Backend::kCpu, {arch}, &tc, tc.compile_steps({arch}, opt, "source.cpp"), src, {}});
   };
   const std::string base = key("x86-64", o, "int KERNEL_NAME();");
   EXPECT_EQ(base, key("x86-64", o, "\n int KERNEL_NAME();  \n"));  // stripped
@@ -194,7 +194,8 @@ TEST(Toolchain, KeyDependsOnEverythingThatChangesTheArtifact) {
                               {"x86-64"},
                               &tc2,
                               tc2.compile_steps({"x86-64"}, o, "source.cpp"),
-                              "int KERNEL_NAME();"}));
+                              "int KERNEL_NAME();",
+                              {}}));
   EXPECT_EQ(kernel_symbol(Backend::kCuda, "gemm", base), "cuda_gemm_" + base.substr(0, 12));
 }
 
