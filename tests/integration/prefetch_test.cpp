@@ -96,9 +96,10 @@ Reply post(const ServerProcess& s, const std::string& path, const json& body,
 
 // Runs `kforge prefetch` and returns (exit code, stdout+stderr).
 std::pair<int, std::string> prefetch_cli(const Scratch& scratch, const ServerProcess& s, const fs::path& file) {
-  core::ProcessSpec spec{.argv = {KFORGE_BINARY, "prefetch", file.string(), "--server", s.url()},
-                         .cwd = scratch.path(),
-                         .env = {"PATH=/usr/bin:/bin"}};
+  core::ProcessSpec spec;
+  spec.argv = {KFORGE_BINARY, "prefetch", file.string(), "--server", s.url()};
+  spec.cwd = scratch.path();
+  spec.env = {"PATH=/usr/bin:/bin"};
   auto out = core::run_process(spec);
   if (!out) return {-1, out.error().message};
   return {out->term_signal ? -1 : out->exit_code, out->output};
