@@ -100,6 +100,7 @@ Server::Server(ServerConfig config, Services services)
                         {"cache", j["cache"]},
                         {"request_id", j.value("request_id", "")},
                         {"http_status", j["http_status"]}});
+              prefetch_wake();
             }),
       autotuner_(
           svc_.builder, svc_.bencher, svc_.store,
@@ -194,9 +195,10 @@ Server::Server(ServerConfig config, Services services)
   cache_routes();
   job_routes();
   status_routes();
+  prefetch_routes();
 }
 
-Server::~Server() = default;
+Server::~Server() { stop_prefetch(); }
 
 void Server::route(const char* method, const std::string& api_path, const std::string& pattern,
                    Role role, Handler handler) {

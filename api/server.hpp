@@ -53,6 +53,7 @@ struct ServerConfig {
   size_t max_json_depth = 32;
   core::RequestLimits limits;
   size_t max_choices = 64;  // autotune choices per request
+  size_t max_prefetch = 4096;  // requests per POST /prefetch
   size_t compile_jobs = std::max(1u, std::thread::hardware_concurrency());
   size_t max_queue = 64;
   size_t job_history = 512;
@@ -120,6 +121,11 @@ class Server {
   void kernel_routes();
   void job_routes();
   void status_routes();
+  // POST /prefetch (api/routes_prefetch.cpp): starts the prefetch thread, which runs each
+  // prefetch job and wakes on every job change (prefetch_wake, from the queue's observer).
+  void prefetch_routes();
+  void prefetch_wake();
+  void stop_prefetch();  // by ~Server, before the queue goes
 
   // POST /kernels after parsing: plan, answer a hit, or queue the build and wait.
   void post_kernel(const httplib::Request& req, httplib::Response& res);
@@ -156,6 +162,8 @@ class Server {
   core::ShardedMap<std::shared_ptr<const HitView>> hit_views_{4096};
   // sha256 of a POST /kernels body that was valid -> its request key.
   core::ShardedMap<std::string> request_bodies_{16384};
+  struct Prefetcher;
+  std::shared_ptr<Prefetcher> prefetch_;  // before jobs_: woken by its observer until it goes
   core::JobQueue jobs_;
   core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;

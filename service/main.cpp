@@ -2,6 +2,7 @@
 //   kforge serve [--host H] [--port P] [--cache-dir DIR] ...
 //   kforge submit FILE.json --server URL --out DIR
 //   kforge explain FILE.json --server URL
+//   kforge prefetch MANIFEST --server URL
 //   kforge toolchains [--server URL]
 //   kforge cache stats|gc|verify|export|import [--cache-dir DIR] ...
 #include <httplib.h>
@@ -16,9 +17,11 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -42,6 +45,7 @@ commands:
   submit FILE        send a request (FILE.json, or - for stdin) and save what comes back
   explain FILE       would this request hit the cache, and if not, why not
   toolchains         show the compilers this host has (or a server has, with --server)
+  prefetch MANIFEST  compile on a server whatever of a recorded list of requests it lacks
   cache stats|gc|verify|export|import
                      look after a cache directory (also while a server uses it)
 
@@ -55,6 +59,13 @@ kforge explain FILE --server URL [--token T] [--json]
   asks URL/explain whether the request in FILE (or - for stdin) would hit, and if not,
   why: the nearest cached entry of the same kernel and each input that differs (compiler,
   flags, arch, a template parameter, tensors, a source diff). Compiles nothing.
+
+kforge prefetch MANIFEST --server URL [--token T]
+  POSTs the requests in MANIFEST to URL/prefetch and follows the job: a progress bar on a
+  terminal, else one line per finished request; then a summary and each failure's error.
+  MANIFEST (or - for stdin) is a manifest {"format": "kforge-prefetch/1", "requests": [...]},
+  a JSON list of requests, or JSON lines of requests (what a client records with
+  KFORGE_RECORD=FILE). Exit status 0 when every request is a hit or built, 1 otherwise.
 
 kforge toolchains [--server URL] [--token T]
 
@@ -111,6 +122,7 @@ constexpr SettingSpec kServeSettings[] = {
     {"max-json-depth", "32", "deepest nesting of a request's JSON"},
     {"max-list", "16", "longest list in a request (archs, inputs, epilogue ops)"},
     {"max-choices", "64", "most choices in one autotune"},
+    {"max-prefetch", "4096", "most requests in one POST /prefetch (each also within --max-body)"},
     {"request-deadline", "600", "longest a request waits for its build before a 202, s"},
     {"read-timeout", "30", "drop a client that sends nothing for this long, s"},
     {"write-timeout", "30", "drop a client that reads nothing for this long, s"},
@@ -282,6 +294,7 @@ int serve(const Args& a) {
   cfg.limits.max_source_bytes = num("max-source");
   cfg.limits.max_archs = cfg.limits.max_inputs = cfg.limits.max_epilogue = num("max-list");
   cfg.max_choices = num("max-choices");
+  cfg.max_prefetch = num("max-prefetch");
   if (!get("compile-jobs").empty()) cfg.compile_jobs = std::max<long long>(1, num("compile-jobs"));
   cfg.max_queue = num("max-queue");
   cfg.job_history = num("job-history");
@@ -829,6 +842,172 @@ int toolchains(const Args& a) {
   return 0;
 }
 
+
+// `kforge prefetch`: the requests of MANIFEST as the body of POST /prefetch. A manifest
+// object is sent as it is; a JSON list, or JSON lines (one request per line, as a client
+// records them), become {"format": "kforge-prefetch/1", "label": <file name>, "requests"}.
+std::optional<nlohmann::json> read_prefetch_manifest(const std::string& name) {
+  std::string text;
+  if (name == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    text = ss.str();
+  } else {
+    auto r = core::read_file(name);
+    if (!r) {
+      std::cerr << "kforge prefetch: " << r.error().message << "\n";
+      return std::nullopt;
+    }
+    text = std::move(*r);
+  }
+  nlohmann::json requests = nlohmann::json::array();
+  auto whole = nlohmann::json::parse(text, nullptr, false);
+  if (whole.is_object() && whole.contains("requests")) return whole;
+  if (whole.is_array()) {
+    requests = std::move(whole);
+  } else if (whole.is_object()) {
+    requests.push_back(std::move(whole));
+  } else {
+    std::istringstream in(text);
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++n;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      auto req = nlohmann::json::parse(line, nullptr, false);
+      if (!req.is_object()) {
+        std::cerr << "kforge prefetch: " << name << ":" << n
+                  << ": expected a JSON request object per line (or one JSON manifest)\n";
+        return std::nullopt;
+      }
+      requests.push_back(std::move(req));
+    }
+  }
+  if (requests.empty()) {
+    std::cerr << "kforge prefetch: " << name << " holds no requests\n";
+    return std::nullopt;
+  }
+  return nlohmann::json{{"format", "kforge-prefetch/1"},
+                        {"label", fs::path(name).filename().string().substr(0, 200)},
+                        {"requests", std::move(requests)}};
+}
+
+int prefetch(const Args& a) {
+  if (a.positional.size() != 1) {
+    std::cerr << "kforge prefetch: expected one MANIFEST (or -)\n";
+    return 2;
+  }
+  auto body = read_prefetch_manifest(a.positional[0]);
+  if (!body) return 2;
+  auto cli = client_for(a);
+  if (!cli) return 2;
+  const std::string server = setting(a, "server", "");
+  auto res = cli->Post("/prefetch", {{"Prefer", "respond-async"}}, body->dump(), "application/json");
+  if (!res) {
+    std::cerr << "kforge prefetch: cannot reach " << server << ": " << httplib::to_string(res.error()) << "\n";
+    return 1;
+  }
+  auto job = nlohmann::json::parse(res->body, nullptr, false);
+  if ((res->status != 200 && res->status != 202) || !job.is_object() || !job.contains("id")) {
+    std::cerr << "kforge prefetch: HTTP " << res->status << "\n";
+    if (job.is_object()) {
+      std::cerr << job.value("detail", "") << "\n";
+      for (const auto& e : job.value("errors", nlohmann::json::array()))
+        std::cerr << "  " << e.value("field", "") << ": " << e.value("message", "") << "\n";
+    } else {
+      std::cerr << res->body << "\n";
+    }
+    return 1;
+  }
+  const std::string id = job["id"];
+  const bool tty = ::isatty(STDOUT_FILENO);
+  std::set<int64_t> shown;  // entries already printed, by index
+  auto show = [&](const nlohmann::json& j) {
+    const auto p = j.value("prefetch", nlohmann::json::object());
+    const int64_t total = p.value("total", 0), done = p.value("done", 0);
+    if (tty) {
+      const int width = 30;
+      const int filled = total ? static_cast<int>(width * done / total) : 0;
+      std::cout << "\r[" << std::string(filled, '#') << std::string(width - filled, '.') << "] " << done << "/"
+                << total << "  hit " << p.value("hit", 0) << " built " << p.value("built", 0) << " failed "
+                << p.value("failed", 0) << std::flush;
+      return;
+    }
+    for (const auto& e : p.value("recent", nlohmann::json::array())) {
+      if (!shown.insert(e.value("index", int64_t{-1})).second) continue;
+      std::cout << e.value("seq", 0) << "/" << total << " " << e.value("outcome", "?") << " #"
+                << e.value("index", -1) << " " << e.value("kernel_name", nlohmann::json("-")).dump()
+                << (e.contains("label") ? " " + e["label"].get<std::string>() : "") << "\n";
+    }
+  };
+  // Follow the job's events to its end; a stream that ends early is opened again, and
+  // polled where streaming does not work.
+  nlohmann::json end;
+  for (int attempt = 0; attempt < 5 && end.is_null(); ++attempt) {
+    std::string buffer;
+    cli->Get("/jobs/" + id + "/events", {{"Accept", "text/event-stream"}}, [&](const char* data, size_t n) {
+      buffer.append(data, n);
+      for (size_t cut; (cut = buffer.find("\n\n")) != std::string::npos;) {
+        std::string event, payload;
+        std::istringstream frame(buffer.substr(0, cut));
+        buffer.erase(0, cut + 2);
+        for (std::string line; std::getline(frame, line);) {
+          if (line.starts_with("event: ")) event = line.substr(7);
+          if (line.starts_with("data: ")) payload += line.substr(6);
+        }
+        auto j = nlohmann::json::parse(payload, nullptr, false);
+        if (!j.is_object()) continue;
+        show(j);
+        if (event == "end") {
+          end = std::move(j);
+          return false;  // done: close the stream
+        }
+      }
+      return true;
+    });
+    if (end.is_null()) {
+      auto poll = cli->Get("/jobs/" + id);
+      auto j = poll && poll->status == 200 ? nlohmann::json::parse(poll->body, nullptr, false) : nlohmann::json();
+      if (j.is_object() && (j["state"] == "done" || j["state"] == "failed")) end = j;
+      else if (attempt > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+  if (tty) std::cout << "\n";
+  if (end.is_null()) {
+    std::cerr << "kforge prefetch: lost job " << id << " on " << server << "\n";
+    return 1;
+  }
+  nlohmann::json result = end.value("result", nlohmann::json::object());
+  if (end.value("http_status", 0) != 200) {  // the service went down mid-way
+    std::cerr << "kforge prefetch: job " << id << " failed: " << result.value("detail", "") << "\n";
+    result = result.value("prefetch", nlohmann::json::object());
+  }
+  const auto entries = result.value("entries", nlohmann::json::array());
+  if (!tty) {  // what the events did not show (a stream may skip events)
+    for (const auto& e : entries) {
+      if (e["outcome"].is_null() || shown.contains(e.value("index", int64_t{-1}))) continue;
+      std::cout << e.value("seq", 0) << "/" << entries.size() << " " << e.value("outcome", "?") << " #"
+                << e.value("index", -1) << " " << e.value("kernel_name", nlohmann::json("-")).dump()
+                << (e.contains("label") ? " " + e["label"].get<std::string>() : "") << "\n";
+    }
+  }
+  const int64_t failed = result.value("failed", 0), done = result.value("done", 0), total = result.value("total", 0);
+  std::cout << "prefetch " << id << ": " << done << "/" << total << " requests in " << std::fixed
+            << std::setprecision(1) << result.value("seconds", 0.0) << " s: " << result.value("hit", 0) << " hit, "
+            << result.value("built", 0) << " built, " << failed << " failed\n";
+  for (const auto& e : entries) {
+    if (e.value("outcome", "") != "failed") continue;
+    const auto err = e.value("error", nlohmann::json::object());
+    std::cout << "failed #" << e.value("index", -1) << (e.contains("label") ? " " + e["label"].get<std::string>() : "")
+              << ": " << err.value("detail", "") << "\n";
+    if (err.contains("log")) {
+      std::istringstream log(err["log"].get<std::string>());
+      int lines = 0;
+      for (std::string line; std::getline(log, line) && lines < 20; ++lines) std::cout << "    " << line << "\n";
+    }
+  }
+  return failed == 0 && done == total && end.value("http_status", 0) == 200 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -855,6 +1034,7 @@ int main(int argc, char** argv) {
   if (cmd == "submit") return submit(*args);
   if (cmd == "toolchains") return toolchains(*args);
   if (cmd == "explain") return explain(*args);
+  if (cmd == "prefetch") return prefetch(*args);
   if (cmd == "cache") return cache(*args);
   std::cerr << "kforge: unknown command `" << cmd << "`\n" << kUsage;
   return 2;

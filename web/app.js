@@ -197,6 +197,7 @@ function drawChart(canvas, config) {
 const routes = [
   [/^#?\/?$/, 'overview', renderOverview],
   [/^#\/jobs$/, 'jobs', renderJobs],
+  [/^#\/jobs\/([^/]+)$/, 'jobs', renderPrefetch],
   [/^#\/kernels\/([^/]+)$/, null, renderKernel],
 ];
 
@@ -361,15 +362,65 @@ function renderOverview(view) {
 function jobRow(j) {
   const phases = PHASES.filter((p) => j.phases?.[p] != null)
     .map((p) => h('span', { class: `phase phase-${p}` }, `${p} +${(j.phases[p] - j.created_at).toFixed(2)} s`));
+  if (j.kind === 'prefetch') return prefetchRow(j, phases);
   const what = j.kind === 'autotune' ? `autotune ${j.template}` : j.template ?? 'source';
   return h('tr', { class: `job state-${j.state}`, data: { jobId: j.id, state: j.state, kind: j.kind, cache: j.cache ?? 'none', key: j.key } },
     h('td', { class: 'job-id' }, j.key ? h('a', { href: `#/kernels/${j.key}` }, j.id) : j.id, h('small', {}, fmt.clock(j.created_at))),
-    h('td', { class: 'job-what' }, what, h('small', {}, j.kernel_name)),
+    h('td', { class: 'job-what' }, what, h('small', {}, j.kernel_name, j.prefetch_job && ` (prefetch ${j.prefetch_job})`)),
     h('td', { class: 'job-target' }, j.backend, ' ', (j.archs ?? []).join(', ')),
     h('td', { class: 'job-state' }, badge(j.state), h('span', { class: 'phases' }, phases),
       j.error && h('div', { class: 'job-error' }, j.error.detail ?? j.error.title)),
     h('td', { class: 'job-cache' }, j.cache ?? '—'),
     h('td', { class: 'job-client' }, j.client));
+}
+
+// ---- Prefetch jobs (POST /prefetch): a row with its progress, and #/jobs/{id} per entry
+
+const prefetchCounts = (p) => `${p.done}/${p.total} · hit ${p.hit} · built ${p.built} · failed ${p.failed}`;
+
+function progressBar(p) {
+  const pct = p.total ? (100 * p.done) / p.total : 0;
+  return h('div', { class: 'progress', title: `${pct.toFixed(0)} %` }, h('div', { class: 'progress-done', style: `width: ${pct}%` }));
+}
+
+function prefetchRow(j, phases) {
+  const p = j.prefetch ?? {};
+  return h('tr', { class: `job state-${j.state}`, data: { jobId: j.id, state: j.state, kind: j.kind, cache: 'none', done: p.done, total: p.total, failed: p.failed } },
+    h('td', { class: 'job-id' }, h('a', { href: `#/jobs/${j.id}` }, j.id), h('small', {}, fmt.clock(j.created_at))),
+    h('td', { class: 'job-what' }, 'prefetch', h('small', {}, j.label)),
+    h('td', { class: 'job-target' }, j.backend, ' ', (j.archs ?? []).join(', ')),
+    h('td', { class: 'job-state' }, badge(j.state), h('span', { class: 'phases' }, phases),
+      j.error && h('div', { class: 'job-error' }, j.error.detail ?? j.error.title)),
+    h('td', { class: 'job-cache job-progress' }, progressBar(p), h('small', {}, prefetchCounts(p))),
+    h('td', { class: 'job-client' }, j.client));
+}
+
+function renderPrefetch(view, id) {
+  const head = h('div', { class: 'prefetch-head' });
+  const rows = h('tbody');
+  view.append(h('section', { class: 'prefetch', data: { jobId: id } }, h('h2', {}, `Prefetch ${id}`), head,
+    h('table', { class: 'prefetch-entries' },
+      h('thead', {}, h('tr', {}, ['#', 'label', 'outcome', 'cache', 'kernel', 'error'].map((c) => h('th', {}, c)))),
+      rows)));
+  const entries = new Map(); // index -> entry, from each event's `recent`, then the result
+  let last = '';
+  poll(1000, async () => {
+    const j = await api(`/jobs/${encodeURIComponent(id)}`);
+    const p = j.prefetch ?? {};
+    for (const e of p.recent ?? []) entries.set(e.index, e);
+    const result = j.result?.entries ?? j.result?.prefetch?.entries;
+    for (const e of result ?? []) if (e.outcome) entries.set(e.index, e);
+    const text = JSON.stringify([j.state, p, entries.size]);
+    if (text === last) return;
+    last = text;
+    head.replaceChildren(h('span', {}, badge(j.state), ' ', j.label ?? '', progressBar(p), h('span', { class: 'prefetch-counts' }, prefetchCounts(p)),
+      j.error && h('div', { class: 'job-error' }, j.error.detail ?? j.error.title)));
+    rows.replaceChildren(...[...entries.values()].sort((a, b) => a.index - b.index).map((e) =>
+      h('tr', { class: `entry outcome-${e.outcome}`, data: { index: e.index, outcome: e.outcome } },
+        h('td', {}, e.index), h('td', {}, e.label ?? ''), h('td', {}, badge(e.outcome)), h('td', {}, e.cache ?? '—'),
+        h('td', { class: 'col-kernel' }, e.key && e.outcome !== 'failed' ? h('a', { href: `#/kernels/${e.key}` }, e.kernel_name ?? e.key) : e.kernel_name ?? ''),
+        h('td', {}, e.error && h('div', { class: 'job-error' }, e.error.detail, e.error.log && h('pre', {}, e.error.log))))));
+  });
 }
 
 function renderJobs(view) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // End-to-end test of the status page (web/): starts a real kforge server on a fresh cache,
-// submits real work (a compile, a compile error, a cpu autotune), then drives the page in
+// submits real work (a compile, a compile error, a cpu autotune, a prefetch), then drives the page in
 // headless Chromium and checks what it shows.
 //
 //   npm ci && node status_page.mjs --kforge ../../build/bin/kforge --out /tmp/shots [--web-dir ../../web]
@@ -158,6 +158,23 @@ async function checkJobs(page, base, work) {
   check(fresh.status === 200, 'a new compile while the page is open answers 200', fresh.text.slice(0, 300));
   await expectShown(page, row({ key: fresh.json.key, state: 'done' }), 'jobs: the new compile appears live');
   check(await page.evaluate(() => window.kforgeNoReload === true), 'jobs: the page was not reloaded');
+
+  // A prefetch: one hit (the kernel just compiled), one to build, one compile error.
+  const prefetch = await call(base, 'POST', '/prefetch', {
+    label: 'browser-model', wait_ms: 60000,
+    requests: [sourceRequest('3 * x[i]'), sourceRequest('4 * x[i]'), { ...sourceRequest('5 * x[i]', ''), label: 'broken' }],
+  });
+  check(prefetch.status === 200 && prefetch.json.result?.failed === 1, 'a prefetch answers 200 with its result (wait_ms)', prefetch.text.slice(0, 300));
+  const pf = row({ kind: 'prefetch', state: 'done', done: 3, total: 3, failed: 1 });
+  await expectShown(page, pf, 'jobs: the prefetch is listed done with its progress');
+  await expectShown(page, `${pf} .job-progress`, 'jobs: the prefetch row shows its counts', 'hit 1 · built 1 · failed 1');
+  await expectShown(page, `${pf} .job-what`, 'jobs: the prefetch row shows its label', 'browser-model');
+  await page.click(`${pf} .job-id a`);
+  await expectShown(page, `.prefetch[data-job-id="${prefetch.json.id}"] .prefetch-counts`, 'prefetch page: counts', '3/3');
+  await expectShown(page, '.prefetch-entries tr[data-outcome="hit"][data-index="0"]', 'prefetch page: the cached entry is a hit');
+  await expectShown(page, '.prefetch-entries tr[data-outcome="built"][data-index="1"] a[href^="#/kernels/"]', 'prefetch page: the built entry links to its kernel');
+  await expectShown(page, '.prefetch-entries tr[data-outcome="failed"][data-index="2"] .job-error', 'prefetch page: the failed entry shows its error', 'compilation failed');
+  await page.screenshot({ path: path.join(opts.out, 'prefetch.png'), fullPage: true });
 }
 
 async function checkKernels(page, work) {

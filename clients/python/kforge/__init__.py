@@ -14,9 +14,11 @@ from .client import Client, kernel_request
 from .errors import (BadRequest, CompileError, ConnectionFailed, Forbidden, IntegrityError,
                      KforgeError, NotFound, Unauthorized, Unavailable)
 from .kernel import Kernel
+from .prefetch import Recorder, load_manifest
 
 __all__ = [
     "__version__", "Abi", "Arg", "ArtifactCache", "default_cache_dir", "Client",
     "kernel_request", "Kernel", "KforgeError", "BadRequest", "CompileError", "Unauthorized",
     "Forbidden", "NotFound", "Unavailable", "ConnectionFailed", "IntegrityError",
+    "Recorder", "load_manifest",
 ]

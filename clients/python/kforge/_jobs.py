@@ -40,8 +40,13 @@ class Progress:
     def update(self, job: Dict[str, Any]) -> None:
         if not self.enabled:
             return
+        what = job.get("kernel_name") or ""
+        p = job.get("prefetch")
+        if isinstance(p, dict):  # a prefetch: its counts
+            what = (f"{p.get('done', 0)}/{p.get('total', '?')} hit {p.get('hit', 0)} "
+                    f"built {p.get('built', 0)} failed {p.get('failed', 0)}")
         line = (f"kforge: job {job.get('id', '?')} {job.get('state', '?')} "
-                f"{time.monotonic() - self._t0:5.1f}s {job.get('kernel_name') or ''}").rstrip()
+                f"{time.monotonic() - self._t0:5.1f}s {what}").rstrip()
         self.stream.write("\r" + line.ljust(self._width))
         self.stream.flush()
         self._width = len(line)

@@ -18,6 +18,7 @@ from .cache import atomic_write
 from .client import Client
 from .errors import CompileError, KforgeError
 from .kernel import Kernel
+from .prefetch import load_manifest, write_manifest
 
 SOURCE_SUFFIX = {"cpu": ".cpp", "cuda": ".cu", "rocm": ".hip"}
 
@@ -107,6 +108,25 @@ def _cmd_job(client: Client, a: argparse.Namespace) -> int:
     return 0 if status == 200 else 2 if 400 <= status < 500 else 1
 
 
+def _cmd_prefetch(client: Client, a: argparse.Namespace) -> int:
+    result = client.prefetch(load_manifest(a.manifest), progress=a.progress)
+    print(f"prefetch: {result['done']}/{result['total']} requests in {result['seconds']:.1f} s: "
+          f"{result['hit']} hit, {result['built']} built, {result['failed']} failed")
+    for e in result["entries"]:
+        if e.get("outcome") == "failed":
+            error = e.get("error") or {}
+            print(f"failed #{e['index']} {e.get('label', '')}".rstrip() + f": {error.get('detail', '')}")
+            if error.get("log"):
+                print(error["log"], end="" if error["log"].endswith("\n") else "\n")
+    return 0 if result["failed"] == 0 else 1
+
+
+def _cmd_manifest(client: Optional[Client], a: argparse.Namespace) -> int:
+    doc = write_manifest(a.record, a.out)
+    print(f"{a.out}: {len(doc['requests'])} requests")
+    return 0
+
+
 def _cmd_toolchains(client: Client, a: argparse.Namespace) -> int:
     _print_json(client.toolchains())
     return 0
@@ -159,6 +179,17 @@ def parser() -> argparse.ArgumentParser:
     j.add_argument("--follow", action="store_true", help="wait until it ends")
     j.set_defaults(run=_cmd_job)
 
+    pf = sub.add_parser("prefetch", help="have the server build what a manifest (or a "
+                                         "KFORGE_RECORD file) lists and it lacks")
+    pf.add_argument("manifest", metavar="FILE",
+                    help="a manifest, a JSON list of requests or JSON lines of requests")
+    pf.set_defaults(run=_cmd_prefetch)
+
+    m = sub.add_parser("manifest", help="turn a KFORGE_RECORD file into a prefetch manifest")
+    m.add_argument("record", metavar="RECORD.jsonl")
+    m.add_argument("-o", "--out", required=True, metavar="MANIFEST.json")
+    m.set_defaults(run=_cmd_manifest, offline=True)
+
     sub.add_parser("toolchains", help="compilers and archs per backend").set_defaults(
         run=_cmd_toolchains)
     sub.add_parser("templates", help="templates and their parameters").set_defaults(
@@ -179,6 +210,8 @@ def _report(e: KforgeError) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     a = parser().parse_args(argv)
     try:
+        if getattr(a, "offline", False):  # needs no server
+            return int(a.run(None, a))
         client = Client(a.server, token=a.token, timeout=a.timeout, retries=a.retries,
                         cache_dir=a.cache_dir)
         return int(a.run(client, a))

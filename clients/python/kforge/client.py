@@ -18,6 +18,7 @@ from ._jobs import Progress, follow
 from .cache import ArtifactCache
 from .errors import IntegrityError, error_from_problem
 from .kernel import Kernel
+from .prefetch import PathLike, Recorder
 
 Arch = Union[str, Sequence[str]]
 # The server holds a synchronous compile this much less than our socket timeout, so a
@@ -59,12 +60,15 @@ class Client:
     ``retries`` is how often a 503 or a failed connection is tried again.
     ``cache_dir`` is the local file cache (default: see
     :func:`kforge.cache.default_cache_dir`). ``stats`` counts requests, retries,
-    downloads and local cache hits.
+    downloads and local cache hits. ``record`` (default ``$KFORGE_RECORD``) is a
+    file to which every distinct request sent to ``POST /kernels`` is appended as a
+    JSON line: a prefetch manifest's raw material (:mod:`kforge.prefetch`).
     """
 
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
                  timeout: float = 60.0, retries: int = 5,
-                 cache_dir: Union[str, "os.PathLike[str]", None] = None) -> None:
+                 cache_dir: Union[str, "os.PathLike[str]", None] = None,
+                 record: Optional[PathLike] = None) -> None:
         url = url or os.environ.get("KFORGE_URL")
         if not url:
             raise ValueError("no kforge server: pass url or set KFORGE_URL")
@@ -74,6 +78,8 @@ class Client:
         self._http = Transport(url, token=token, timeout=timeout, retries=retries,
                                stats=self.stats)
         self.cache = ArtifactCache(cache_dir, count=self._http.count)
+        record = record or os.environ.get("KFORGE_RECORD") or None
+        self.recorder = Recorder(record) if record else None
 
     @property
     def url(self) -> str:
@@ -117,6 +123,8 @@ class Client:
                         progress: Optional[bool] = None) -> Kernel:
         """:meth:`compile` for a request body given whole (e.g. read from a JSON file)."""
         body = dict(request)
+        if self.recorder is not None:
+            self.recorder.record(body)
         headers = {}
         if wait:
             body.setdefault("wait_ms", int(max(0.0, self._http.timeout - WAIT_MARGIN_S) * 1000))
@@ -153,6 +161,27 @@ class Client:
         """:meth:`autotune` for a request body given whole."""
         timeout = timeout or max(self._http.timeout, AUTOTUNE_TIMEOUT_S)
         return self._http.request("POST", "/autotune", body=dict(request), timeout=timeout).json()
+
+    def prefetch(self, manifest: Union[Mapping[str, Any], Sequence[Mapping[str, Any]]], *,
+                 progress: Optional[bool] = None) -> Dict[str, Any]:
+        """Has the server build whatever of ``manifest`` it lacks (``POST /prefetch``).
+
+        ``manifest`` is a prefetch manifest (:func:`kforge.prefetch.load_manifest`) or a
+        list of request bodies. Follows the job to its end and returns its result:
+        ``total``, ``hit``, ``built``, ``failed`` and per entry its ``outcome`` (and
+        ``error`` when it failed). Raises when the server refuses the list (a 400
+        naming ``/requests/<i>/...``) or the job does not finish.
+        """
+        body = dict(manifest) if isinstance(manifest, Mapping) else {"requests": list(manifest)}
+        r = self._http.request("POST", "/prefetch", body=body,
+                               headers={"Prefer": "respond-async"}, accept=(200, 202))
+        job = r.json()
+        if "result" not in job:  # a 202 (even one that finished as it was answered)
+            job = self.follow(job["id"], progress)
+        status = job.get("http_status") or 500
+        if status != 200:
+            raise error_from_problem(status, job.get("result") or {})
+        return dict(job["result"])
 
     def render(self, source: Optional[str] = None, *, backend: str, arch: Arch = "native",
                template: Optional[str] = None, params: Optional[Mapping[str, Any]] = None,
