@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Keeps the design of record true to the tree (ctest Docs.MatchTheTree).
+
+- README.md links docs/ARCHITECTURE.md, and its Layout names every top-level folder the
+  repository tracks (and no folder that is not there);
+- every repository path that docs/*.md and README.md cite in backticks exists: `dir/file`
+  as written, a bare source file name (`client.cpp`) somewhere in the tree;
+- every route of api/openapi.json has its section, or at least its path, in docs/API.md.
+
+Usage: check_docs.py REPO_ROOT. Prints each failure and a summary; exit 1 on any.
+"""
+import json
+import pathlib
+import re
+import subprocess
+import sys
+
+root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".").resolve()
+failures = []
+
+
+def fail(what):
+    failures.append(what)
+    print("FAIL", what)
+
+
+tracked = subprocess.run(["git", "-C", str(root), "ls-files"], capture_output=True, text=True, check=True).stdout.split()
+# Files added to the working tree but not committed yet count too (a change under review).
+untracked = subprocess.run(["git", "-C", str(root), "ls-files", "--others", "--exclude-standard"],
+                           capture_output=True, text=True, check=True).stdout.split()
+files = set(tracked) | set(untracked)
+top_dirs = {f.split("/")[0] for f in files if "/" in f and not f.startswith(".")}
+basenames = {pathlib.PurePosixPath(f).name for f in files}
+
+readme = (root / "README.md").read_text()
+if "docs/ARCHITECTURE.md" not in readme:
+    fail("README.md does not link docs/ARCHITECTURE.md")
+layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0] if "## Layout" in readme else ""
+if not layout:
+    fail("README.md has no ## Layout section")
+named = set(re.findall(r"^- `([^`/]+)/`", layout, re.M))
+for d in sorted(top_dirs - named):
+    fail(f"README.md Layout does not name the folder {d}/")
+for d in sorted(named - top_dirs):
+    fail(f"README.md Layout names {d}/, which the repository does not have")
+
+# Files of a cache entry (docs/CACHE.md), not of the repository.
+ENTRY_FILES = {"source.cpp", "source.cu", "source.hip", "kernel.so", "kernel.o", "compile.log"}
+SOURCE = re.compile(r"\.(cpp|hpp|py|sh|mjs|js|css|html|cmake|conf|yaml|txt)$")
+checked = 0
+for doc in sorted([root / "README.md", *(root / "docs").glob("*.md")]):
+    text = doc.read_text()
+    for token in set(re.findall(r"`([^`\s]+)`", text)):
+        token = token.rstrip(".,:;")
+        if any(c in token for c in "{}<>*$|=()[]") or token.startswith(("/", ".", "-", "http")):
+            continue  # a URL, a pattern, a flag, a placeholder
+        first = token.split("/")[0]
+        if "/" in token and first in top_dirs:
+            checked += 1
+            path = token.rstrip("/")
+            module = any(path + ext in files for ext in (".hpp", ".cpp"))  # `core/jobs`
+            ignored = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", path]).returncode == 0
+            if path not in files and not module and not ignored and not any(f.startswith(path + "/") for f in files):
+                fail(f"{doc.relative_to(root)} cites {token}, which is not in the tree")
+        elif "/" not in token and SOURCE.search(token) and token not in ENTRY_FILES and not token.startswith("_"):
+            checked += 1
+            if token not in basenames:
+                fail(f"{doc.relative_to(root)} cites {token}, and no file of the tree has that name")
+
+api_md = (root / "docs" / "API.md").read_text()
+spec = json.loads((root / "api" / "openapi.json").read_text())
+for path, ops in spec["paths"].items():
+    for method in ops:
+        if path not in api_md:
+            fail(f"docs/API.md never mentions {method.upper()} {path} (api/openapi.json has it)")
+
+print(f"check_docs: {checked} cited paths, {len(spec['paths'])} routes, {len(top_dirs)} folders; "
+      f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
