@@ -73,8 +73,9 @@ kforge toolchains [--server URL] [--token T]
 
 kforge cache stats  [--cache-dir DIR]               entries, bytes, negative entries
 kforge cache gc     [--cache-dir DIR] [--max-bytes N]
-                    drop expired compile errors, dangling request keys, dead staging;
-                    with --max-bytes, evict least recently used entries down to N
+                    drop expired compile errors, dangling request keys and family
+                    links, dead staging; with --max-bytes, evict least recently used
+                    entries down to N
 kforge cache verify [--cache-dir DIR]               re-hash every file; drop corrupt entries
 kforge cache export [--cache-dir DIR] [--since T] [--match FIELD=GLOB]... -o FILE
                     write the cache's kernels to one archive (tar + zstd; FILE - is stdout).
