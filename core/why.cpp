@@ -116,7 +116,7 @@ std::string kernel_family(const PreparedRequest& p, const RenderedKernel& k) {
     f["template"] = p.req.tmpl->name;
   } else {
     nlohmann::json args = nlohmann::json::array();  // names and types: not the symbol
-    for (const auto& a : k.abi.to_json()["args"]) args.push_back({a.value("name", ""), a.value("ctype", "")});
+    for (const auto& a : k.abi.args) args.push_back({a.name, a.ctype});
     f["args"] = args;
   }
   return sha256_hex(f.dump()).substr(0, 32);
