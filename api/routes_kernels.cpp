@@ -135,6 +135,7 @@ void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
     return send_hit(res, plan->hit->verified, plan->phases_ms);
   }
   if (kreq->benchmark.is_null()) request_bodies_.put(digest, plan->prepared.request_key);
+  svc_.builder.explain(*plan);  // the answer says why it missed
   nlohmann::json info =
       job_info("kernel", *kreq, req.remote_addr, res.get_header_value("X-Request-Id"));
   info["archs"] = plan->prepared.archs;  // resolved: what was built
@@ -421,7 +422,7 @@ void Server::kernel_routes() {
                               {"archs", prepared.archs},
                               {"inputs", core::key_inputs(prepared, kernel)}};
           if (auto m = svc_.builder.find(kernel.answer_key())) {
-            j["cache"] = (*m).value("status", "") == "failed" ? "hit (a cached compile error)" : "hit";
+            j["cache"] = m->value("status", "") == "failed" ? "hit (a cached compile error)" : "hit";
             j["nearest"] = {{"key", (*m)["key"]},
                             {"kernel_name", m->value("kernel_name", "")},
                             {"status", m->value("status", "")},

@@ -236,11 +236,17 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   if (!k.export_name.empty()) {  // the same source failed under another name
     if (auto m = find(k.key); m && m->value("status", "") == "failed") return answer(std::move(m));
   }
-  t = Clock::now();
-  plan.why = explain_miss(store_, {k.key, kernel_family(plan.prepared, k), key_inputs(plan.prepared, k), k.source,
-                                   "source." + std::string(source_extension(req.backend))});
-  plan.phases_ms["explain"] = ms_since(t);
   return plan;
+}
+
+void Builder::explain(BuildPlan& plan) {
+  if (!plan.kernel || plan.hit) return;
+  const auto t = Clock::now();
+  const PreparedRequest& p = plan.prepared;
+  const RenderedKernel& k = *plan.kernel;
+  plan.why = explain_miss(store_, {k.key, kernel_family(p, k), key_inputs(p, k), k.source,
+                                   "source." + std::string(source_extension(p.req.backend))});
+  plan.phases_ms["explain"] = ms_since(t);
 }
 
 Result<BuildResult> Builder::build(const BuildPlan& plan) {

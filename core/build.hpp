@@ -101,7 +101,7 @@ struct BuildPlan {
   std::optional<RenderedKernel> kernel;  // absent when the request key answered
   std::optional<BuildResult> hit;
   nlohmann::json phases_ms = nlohmann::json::object();
-  // A miss: why (core/why.hpp: {"nearest", "miss_reason"}); null for a hit.
+  // A miss that Builder::explain() looked at: {"nearest", "miss_reason"}; else null.
   nlohmann::json why;
   const std::string& key() const {
     return hit ? hit->manifest["key"].get_ref<const std::string&>() : kernel->answer_key();
@@ -121,6 +121,10 @@ class Builder {
   Result<BuildPlan> plan(const KernelRequest& req);
   Result<BuildResult> build(const BuildPlan& plan);
   Result<BuildResult> build(const KernelRequest& req);
+  // A planned miss: why it missed (core/why.hpp) into plan.why, its time into phases_ms.
+  // Reads up to 64 manifests of the kernel's family, so only callers that show the reason
+  // ask for it (POST /kernels), not prefetches or autotune choices.
+  void explain(BuildPlan& plan);
   Result<PreparedRequest> prepare(const KernelRequest& req) const;
   Result<RenderedKernel> render(const PreparedRequest& prepared) const;
 

@@ -21,8 +21,9 @@
 // named only when none of them differs (the template itself rendered differently: kforge
 // changed). No entry of the family: one item {"input": "kernel", "detail": ...}.
 //
-// The family index lives in the store (DiskStore::family_members); these functions read
-// manifests and sources through it and never change the cache. Thread-safe.
+// The family index lives in the store (DiskStore::family_members); these functions only
+// read manifests and sources through it (the store's own checks may still drop a malformed
+// or expired entry they meet, as any lookup would). Thread-safe.
 #pragma once
 
 #include <cstdint>
