@@ -9,6 +9,7 @@
 #include "core/codeobj.hpp"
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
+#include "core/renderer_digest.hpp"
 #include "core/templates/template.hpp"
 #include "core/utf8.hpp"
 #include "core/why.hpp"
@@ -140,6 +141,9 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
                            {"identity", tc.identity},
                            {"libraries", libraries},
                            {"request", p.req.canonical(p.archs)}};
+  // A template request names its kernel only through the renderer that turns it into source:
+  // the renderers' digest keeps a memo written by another kforge's renderers from answering.
+  if (p.req.tmpl) rcanon["renderer"] = KFORGE_RENDERER_DIGEST;
   p.request_key = sha256_hex(rcanon.dump());
   return p;
 }
