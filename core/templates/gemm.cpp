@@ -334,7 +334,7 @@ std::vector<ParamSpec> GemmTemplate::params(const TemplateRequest& req) const {
               {"nr", "int", ints({8, 16, 24, 32, 48, 64}), 2 * w, "micro-tile columns (a multiple of vec); default: two vectors of the target"},
               {"vec", "int", ints({4, 8, 16}), w, "floats per vector register: 16 AVX-512, 8 AVX, 4 SSE; default: the target's width"},
               {"mc", "int", ints({16, 24, 32, 48, 64, 96, 112, 128, 144, 192, 256}), 96, "rows of A packed per block (L2)"},
-              {"kc", "int", ints({64, 128, 192, 256, 384, 512}), 384, "depth of a packed panel"},
+              {"kc", "int", ints({64, 128, 192, 256, 384, 512, 768, 1024}), 512, "depth of a packed panel (at most; K is cut into equal panels)"},
               {"nc", "int", ints({128, 256, 512, 1024, 2048, 4096}), 2048, "columns of B packed per block (L3)"},
               {"threads", "int", ints({0, 1, 2, 4, 8, 16, 32, 64}), 0, "OpenMP threads (0: all cores)"}};
     }
@@ -364,12 +364,12 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
       // accumulators), each with the cache blockings measured best around it (docs/BENCHMARKS.md).
       const int w = req.cpu.vector_floats, regs = req.cpu.vector_registers;
       using Blocking = std::tuple<int, int, int, int>;
-      static const std::vector<Blocking> k32 = {{12, 2, 96, 384}, {12, 2, 96, 512}, {12, 2, 192, 256}, {14, 2, 112, 384},
-                                                {14, 2, 112, 512}, {6, 4, 96, 384}, {8, 3, 96, 384}, {6, 2, 96, 256},
-                                                {4, 3, 96, 256}, {4, 2, 96, 256}};
+      static const std::vector<Blocking> k32 = {{12, 2, 96, 512}, {12, 2, 96, 768}, {14, 2, 112, 512}, {8, 3, 96, 512},
+                                                {8, 3, 96, 768}, {8, 3, 96, 1024}, {6, 4, 96, 512}, {6, 4, 96, 768},
+                                                {12, 2, 192, 384}, {4, 3, 96, 512}};
       // 16 registers: 6 x 2 (15 registers) and 4 x 3 (16) are the blockings that fill them.
-      static const std::vector<Blocking> k16 = {{6, 2, 96, 256}, {6, 2, 96, 384}, {6, 2, 144, 256}, {6, 2, 192, 384},
-                                                {4, 3, 96, 256}, {4, 3, 128, 384}, {4, 2, 96, 256}};
+      static const std::vector<Blocking> k16 = {{6, 2, 96, 384}, {6, 2, 96, 512}, {6, 2, 96, 768}, {6, 2, 192, 512},
+                                                {4, 3, 96, 512}, {4, 3, 96, 768}, {4, 3, 128, 384}};
       for (auto [mr, nv, mc, kc] : regs >= 32 ? k32 : k16) {
         if (cpu_registers_needed(mr, nv * w, w) > regs) continue;
         out.push_back({{"mr", mr}, {"nr", nv * w}, {"vec", w}, {"mc", mc}, {"kc", kc}, {"nc", 2048}, {"threads", 0}});

@@ -271,7 +271,7 @@ TEST_F(Gemm, CpuMatrixOfDtypesLayoutsAndShapes) {
 }
 
 TEST_F(Gemm, CpuEveryEpilogueOpAloneAndAChain) {
-  const int64_t M = 67, N = 45, K = 300;  // K > kc: partial sums go through the workspace
+  const int64_t M = 67, N = 45, K = 300;  // K > kc (128 below): partial sums live between K panels
   const std::vector<json> ops = {
       {{"op", "add"}, {"input", 2}}, {{"op", "mul"}, {"input", 2}}, {{"op", "scale"}, {"value", -0.5}},
       {{"op", "relu"}}, {{"op", "gelu"}}, {{"op", "gelu"}, {"approximate", "tanh"}}, {{"op", "silu"}},
@@ -281,6 +281,7 @@ TEST_F(Gemm, CpuEveryEpilogueOpAloneAndAChain) {
     json req = gemm("float32", M, N, K, false, false);
     if (op.contains("input")) req["inputs"].push_back(tensor("E", "float32", {M, N}));
     req["epilogue"] = {op};
+    req["params"] = {{"kc", 128}};
     run_cpu(req);
   }
   // Bias by column ([N]), by row ([M, 1]), full-shape residual; float16 in, float16 out.
@@ -288,6 +289,7 @@ TEST_F(Gemm, CpuEveryEpilogueOpAloneAndAChain) {
     json req = gemm("float16", M, N, K, true, false);
     req["inputs"].push_back(tensor("bias", "float16", bias));
     req["epilogue"] = {{{"op", "add"}, {"input", 2}}};
+    req["params"] = {{"kc", 128}};
     run_cpu(req);
   }
   // A 3-op chain with two operands, bfloat16, reordered kernel arguments.
@@ -297,6 +299,41 @@ TEST_F(Gemm, CpuEveryEpilogueOpAloneAndAChain) {
   chain["input_reorder"] = {2, 0, 1, 3};
   chain["epilogue"] = {{{"op", "add"}, {"input", 2}}, {{"op", "gelu"}, {"approximate", "tanh"}}, {{"op", "mul"}, {"input", 3}}};
   run_cpu(chain);
+}
+
+// Where the partial sums of several K panels live (C itself for a float32 output with no
+// epilogue tensor, else the workspace), K cut into equal panels, and the threads' grid over
+// C's micro-tiles (rows first; columns too when there are few row panels; threads with
+// nothing to do) on ragged edges, every layout, and a batch whose panels alternate B buffers.
+TEST_F(Gemm, CpuSplitKAndThreadGridsCoverEveryPath) {
+  struct Case {
+    int64_t M, N, K;
+    bool ta, tb;
+    const char* dt;
+    const char* out;
+    int kc, threads;
+    bool bias;
+  };
+  for (const Case& c : std::vector<Case>{{131, 77, 1000, false, false, "float32", "float32", 128, 2, false},
+                                         {131, 77, 1000, true, true, "float32", "float32", 128, 2, true},
+                                         {70, 90, 515, false, true, "float16", "float16", 64, 2, false},
+                                         {3, 500, 700, false, true, "float32", "float32", 64, 4, false},
+                                         {50, 40, 200, true, false, "bfloat16", "float32", 64, 8, true},
+                                         {1, 1, 300, false, false, "float32", "float32", 64, 4, false}}) {
+    SCOPED_TRACE(std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + " " + c.dt + " kc " +
+                 std::to_string(c.kc) + " threads " + std::to_string(c.threads) + (c.bias ? " bias" : ""));
+    json req = gemm(c.dt, c.M, c.N, c.K, c.ta, c.tb, c.out);
+    if (c.bias) {
+      req["inputs"].push_back(tensor("bias", c.out, {c.N}));
+      req["epilogue"] = {{{"op", "add"}, {"input", 2}}, {{"op", "relu"}}};
+    }
+    req["params"] = {{"kc", c.kc}, {"threads", c.threads}};
+    run_cpu(req);
+  }
+  json batched = {{"inputs", {operand("A", "float32", 33, 300, true, 3), operand("B", "float32", 300, 29, false, 3)}},
+                  {"output", tensor("C", "float32", {3, 33, 29})},
+                  {"params", {{"kc", 64}}}};
+  run_cpu(batched);
 }
 
 TEST_F(Gemm, CpuBatchedWithSharedOperandAndOffsets) {
