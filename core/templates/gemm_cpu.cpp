@@ -28,7 +28,7 @@ std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, co
   const int vec = q["vec"];
   s.set("BCAST", vec == 16 ? "_mm512_set1_ps" : vec == 8 ? "_mm256_set1_ps" : "_mm_set1_ps");
   std::ostringstream src;
-  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s) << s.apply(R"(
+  src << prelude(req.backend) << "#include <atomic>\n\nnamespace {\n" << problem_constants(s) << s.apply(R"(
 constexpr int MR = $mr$, NR = $nr$, VEC = $vec$, MC = $mc$, KC = $kc$, NC = $nc$, THREADS = $threads$;
 constexpr int NV = NR / VEC;
 constexpr bool kSplitK = kK > KC;
@@ -163,29 +163,23 @@ static void thread_grid(int T, int64_t mp, int64_t np, int& tm, int& tn) {
   }
 }
 
-// Packing buffers that outlive the call, one per thread and use, grown when a call needs more:
-// fresh pages on every call would cost a page fault per 4 KiB touched. Each belongs to its
-// thread, so concurrent calls from different threads never share one.
-struct Scratch {
-  float* p = nullptr;
-  size_t floats = 0;
-  ~Scratch() { std::free(p); }
-  float* get(size_t want) {
-    if (want > floats) {
-      std::free(p);
-      p = static_cast<float*>(std::aligned_alloc(64, (want * 4 + 63) / 64 * 64));
-      floats = p ? want : 0;
-    }
-    return p;
-  }
-};
-static float* b_buffer(size_t floats) {
-  thread_local Scratch s;
-  return s.get(floats);
+// The packing block (both B buffers and every thread's A buffer) outlives the call: fresh
+// pages on every call would cost a page fault per 4 KiB touched. A call takes the block kept
+// by the last one (or makes its own) and leaves it for the next; concurrent calls each hold
+// their own, and the one left over is freed. No thread_local: a dlopened library's dynamic TLS
+// crashes LeakSanitizer in a sanitized host process.
+std::atomic<void*> g_kept_block{nullptr};
+static float* take_block(size_t floats) {
+  void* p = g_kept_block.exchange(nullptr, std::memory_order_acquire);
+  if (p && *static_cast<size_t*>(p) >= floats) return reinterpret_cast<float*>(static_cast<char*>(p) + 64);
+  std::free(p);
+  p = std::aligned_alloc(64, 64 + (floats * 4 + 63) / 64 * 64);
+  if (!p) return nullptr;
+  *static_cast<size_t*>(p) = floats;
+  return reinterpret_cast<float*>(static_cast<char*>(p) + 64);
 }
-static float* a_buffer(size_t floats) {
-  thread_local Scratch s;
-  return s.get(floats);
+static void keep_block(float* block) {
+  std::free(g_kept_block.exchange(reinterpret_cast<char*>(block) - 64, std::memory_order_acq_rel));
 }
 
 }  // namespace
@@ -198,22 +192,20 @@ extern "C" )") << sig.declaration() << s.apply(R"( {
   constexpr int64_t kMpanels = (kM + MR - 1) / MR;
   // B panels per group: a group stays in L2 (half of 1 MiB) while each A micro-panel sweeps it.
   constexpr int64_t kGroup = 524288 / (kKC * NR * 4) > 0 ? 524288 / (kKC * NR * 4) : 1;
-  // Two B buffers: threads pack the next K panel into one while others may still read the other.
-  float* const bp = b_buffer(size_t(2 * kBp));
-  if (!bp) return 4;
-  float* const ws = reinterpret_cast<float*>(workspace);
   const int nthreads = THREADS > 0 ? THREADS : omp_get_max_threads();
-  int rc = 0;
+  // Two B buffers (threads pack the next K panel into one while others may still read the
+  // other), then one A buffer per thread, each 64-byte aligned.
+  constexpr size_t kAp = (size_t(MC) * size_t(kKC) + 15) / 16 * 16;
+  float* const block = take_block(size_t(2 * kBp) + size_t(nthreads) * kAp);
+  if (!block) return 4;
+  float* const bp = block;
+  float* const ws = reinterpret_cast<float*>(workspace);
 #pragma omp parallel num_threads(nthreads)
   {
     // Each thread owns a block of C's micro-tiles for the whole call; every thread packs its
     // share of each B block, and its own rows of A.
     const int T = omp_get_num_threads(), t = omp_get_thread_num();
-    float* const ap = a_buffer(size_t(MC) * size_t(kKC));
-    if (!ap) {
-#pragma omp atomic write
-      rc = 4;
-    }
+    float* const ap = block + 2 * kBp + size_t(t) * kAp;
     alignas(64) float tile[MR * NR];
     int64_t pass = 0;
     for (int64_t b = 0; b < kBatch; ++b) {
@@ -237,7 +229,6 @@ extern "C" )") << sig.declaration() << s.apply(R"( {
             const int64_t cols = nc - jp * NR < NR ? nc - jp * NR : NR;
             pack_b_panel(Bb, bq + jp * NR * kc, jc + jp * NR, cols, pc, kc);
           }
-          if (!ap) continue;
           for (int64_t ic = q0 * MR; ic < mend; ic += MC) {
             const int64_t mc = mend - ic < MC ? mend - ic : MC;
             for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -282,7 +273,8 @@ extern "C" )") << sig.declaration() << s.apply(R"( {
       }
     }
   }
-  return rc;
+  keep_block(block);
+  return 0;
 }
 )");
   return src.str();
