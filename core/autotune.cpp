@@ -59,7 +59,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   }
   BenchOptions opts = BenchOptions::from_json(base.benchmark.is_null() ? json::object() : base.benchmark);
   if (base.backend == Backend::kCpu) opts.runner_env = vendor_env(prepared->cpu);
-  const json device = bencher_.devices()[std::string(backend_name(base.backend))];
+  const json device = bencher_.device_identity(std::string(backend_name(base.backend)));
 
   // The autotune key: the request without its parameters, the choices, the device.
   json canon = {{"format", DiskStore::kFormat}, {"kind", "autotune"}, {"identity", prepared->toolchain->identity},

@@ -202,7 +202,7 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
   if (!device.value("available", false)) {
     return {{"status", "unavailable"}, {"reason", device.value("reason", "no device for " + std::string(backend_name(*backend)))}};
   }
-  const std::string digest = sha256_hex(device.dump()).substr(0, 16);
+  const std::string digest = sha256_hex(device_identity(std::string(backend_name(*backend))).dump()).substr(0, 16);
   const std::string key = manifest.value("key", "");
   // A result answers for a device and for what ran on it: a template kernel's tensors are
   // its own, a source-mode kernel's are the request's (other tensors: another result).

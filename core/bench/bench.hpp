@@ -53,6 +53,13 @@ class Bencher {
 
   // Per backend: the runner's probe ({"available", "name", ...} or the reason it is not).
   nlohmann::json devices() const { return devices_; }
+  // What a timing is keyed by: the device's description without the clocks it ran at when
+  // probed (reported, never keyed: they move with load).
+  nlohmann::json device_identity(const std::string& backend) const {
+    nlohmann::json d = devices_.value(backend, nlohmann::json::object());
+    d.erase("clocks");
+    return d;
+  }
   bool available(Backend b) const;
 
   // Benchmarks the kernel of `manifest`. `reference` (a manifest) enables verification.

@@ -104,6 +104,18 @@ TEST_F(Bench, TemplateKernelVerifiedAgainstTheReferenceAndTimedAgainstOpenBlas) 
   EXPECT_NE(b["vendor"]["name"].get<std::string>().find("OpenBLAS"), std::string::npos);
   EXPECT_GT(b["vs_vendor"].get<double>(), 0.0);
   EXPECT_EQ(b["workspace_bytes"], r.body["workspace_bytes"]);
+  // The statistics a user needs to trust a timing: min <= median <= p90 over `iters` runs,
+  // the same for the vendor, and where the runner's time went.
+  EXPECT_GE(b["iters"].get<int>(), 5);
+  EXPECT_LE(b["min_ms"].get<double>(), b["median_ms"].get<double>());
+  EXPECT_LE(b["median_ms"].get<double>(), b["p90_ms"].get<double>());
+  EXPECT_LE(b["vendor"]["median_ms"].get<double>(), b["vendor"]["p90_ms"].get<double>());
+  for (const char* phase : {"device_init", "inputs", "first_call", "verify", "timing", "vendor"}) {
+    ASSERT_TRUE(b["phases_ms"].contains(phase)) << phase << " in " << b["phases_ms"].dump();
+    EXPECT_GE(b["phases_ms"][phase].get<double>(), 0.0) << phase;
+  }
+  // The timing loop ran at least the kernel's timed repetitions.
+  EXPECT_GE(b["phases_ms"]["timing"].get<double>(), b["iters"].get<int>() * b["min_ms"].get<double>());
   // The same request on the same device is not benchmarked again...
   const double runs = metric(*server_, "kforge_benchmark_runs_total");
   auto again = post_json(*server_, "/kernels", req.dump());

@@ -3,6 +3,7 @@
 // a 256 MiB memset to flush L2, cublasGemmStridedBatchedEx as the vendor baseline.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <stdexcept>
 #include <string>
@@ -24,6 +25,44 @@ cudaDataType cuda_type(core::Dtype d) {
   }
 }
 
+// What NVML (the driver's own library, loaded if present) says that the CUDA runtime does not:
+// the driver's release ("580.159.04", where cudaDriverGetVersion says only 13000) and the SM
+// and memory clocks now and at most, and whether the SM clock is locked (applications clocks
+// or a locked range below the maximum). Empty where NVML is missing: nothing is guessed.
+nlohmann::json nvml_facts(const std::string& pci_bus_id) {
+  void* lib = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return nlohmann::json::object();
+  using Init = int (*)();
+  using DriverVersion = int (*)(char*, unsigned);
+  using ByPci = int (*)(const char*, void**);
+  using Clock = int (*)(void*, int, unsigned*);
+  auto init = reinterpret_cast<Init>(::dlsym(lib, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<Init>(::dlsym(lib, "nvmlShutdown"));
+  auto driver = reinterpret_cast<DriverVersion>(::dlsym(lib, "nvmlSystemGetDriverVersion"));
+  auto by_pci = reinterpret_cast<ByPci>(::dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+  auto clock = reinterpret_cast<Clock>(::dlsym(lib, "nvmlDeviceGetClockInfo"));
+  auto max_clock = reinterpret_cast<Clock>(::dlsym(lib, "nvmlDeviceGetMaxClockInfo"));
+  auto app_clock = reinterpret_cast<Clock>(::dlsym(lib, "nvmlDeviceGetApplicationsClock"));
+  nlohmann::json out = nlohmann::json::object();
+  if (init && shutdown && init() == 0) {
+    char version[96] = {};
+    if (driver && driver(version, sizeof version) == 0) out["driver_release"] = version;
+    void* dev = nullptr;
+    if (by_pci && by_pci(pci_bus_id.c_str(), &dev) == 0) {
+      constexpr int kSm = 1, kMem = 2;  // NVML_CLOCK_SM, NVML_CLOCK_MEM
+      unsigned v = 0, max_sm = 0, app_sm = 0;
+      if (clock && clock(dev, kSm, &v) == 0) out["sm_clock_mhz"] = v;
+      if (max_clock && max_clock(dev, kSm, &max_sm) == 0) out["sm_clock_max_mhz"] = max_sm;
+      if (clock && clock(dev, kMem, &v) == 0) out["memory_clock_mhz"] = v;
+      if (max_clock && max_clock(dev, kMem, &v) == 0) out["memory_clock_max_mhz"] = v;
+      if (app_clock && app_clock(dev, kSm, &app_sm) == 0 && max_sm) out["sm_clock_locked"] = app_sm < max_sm;
+    }
+    shutdown();
+  }
+  ::dlclose(lib);
+  return out;
+}
+
 class CudaDevice final : public Device {
  public:
   CudaDevice() {
@@ -42,13 +81,25 @@ class CudaDevice final : public Device {
   }
   nlohmann::json describe() override {
     if (!available_) return {{"available", false}, {"kind", "cuda"}, {"reason", reason_}};
+    if (!description_.is_null()) return description_;
     int driver = 0, runtime = 0;
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
-    return {{"available", true}, {"kind", "cuda"}, {"name", prop_.name},
-            {"arch", "sm_" + std::to_string(prop_.major) + std::to_string(prop_.minor)},
-            {"memory_bytes", prop_.totalGlobalMem}, {"sms", prop_.multiProcessorCount},
-            {"l2_bytes", prop_.l2CacheSize}, {"driver", driver}, {"runtime", runtime}};
+    // The SKU, the driver's release and the runtime: what the service's device digest (and so
+    // every stored timing) is keyed by. The clocks at this moment are reported, not keyed.
+    description_ = {{"available", true}, {"kind", "cuda"}, {"name", prop_.name},
+                    {"arch", "sm_" + std::to_string(prop_.major) + std::to_string(prop_.minor)},
+                    {"memory_bytes", prop_.totalGlobalMem}, {"sms", prop_.multiProcessorCount},
+                    {"l2_bytes", prop_.l2CacheSize}, {"driver", driver}, {"runtime", runtime}};
+    char pci[32] = {};
+    if (cudaDeviceGetPCIBusId(pci, sizeof pci, 0) == cudaSuccess) {
+      const nlohmann::json facts = nvml_facts(pci);
+      if (facts.contains("driver_release")) description_["driver_release"] = facts["driver_release"];
+      nlohmann::json clocks = facts;
+      clocks.erase("driver_release");
+      if (!clocks.empty()) description_["clocks"] = clocks;
+    }
+    return description_;
   }
   void* alloc(size_t bytes) override {
     void* p = nullptr;
@@ -118,6 +169,7 @@ class CudaDevice final : public Device {
   bool available_ = false;
   std::string reason_;
   cudaDeviceProp prop_{};
+  nlohmann::json description_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   cublasHandle_t handle_ = nullptr;

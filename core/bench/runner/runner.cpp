@@ -11,7 +11,8 @@
 //             "scalars": {name: int}?, "reference": {"artifact", "abi"}?, "vendor": VendorGemm?,
 //             "warmup_ms": 25, "budget_ms": 100, "min_iters": 5, "max_iters": 1000, "seed": 0,
 //             "rtol": x, "atol": x}
-// result  := {"status": "ok", "device", "min_ms", "median_ms", "iters", "workspace_bytes",
+// result  := {"status": "ok", "device", "min_ms", "median_ms", "p90_ms", "iters", "workspace_bytes",
+//             "phases_ms": {"device_init", "inputs", "first_call", "verify", "timing", "vendor"},
 //             "verify"?: {"max_abs_err", "max_rel_err", "passed", "rtol", "atol", "checked"},
 //             "vendor"?: {"name", "min_ms", "median_ms"} | {"status": "unavailable", "reason"},
 //             "vs_vendor"?: vendor median / kernel median}
@@ -222,10 +223,29 @@ json time_it(Device& dev, const std::function<void()>& fn, const json& req) {
     if (int(times.size()) >= min_iters && wall > max_wall_ms) break;
   }
   dev.sync();
-  return {{"min_ms", *std::min_element(times.begin(), times.end())}, {"median_ms", median(times)}, {"iters", times.size()}};
+  std::sort(times.begin(), times.end());
+  const size_t p90 = (times.size() * 9 + 9) / 10 - 1;  // the smallest time that 90% of the runs do not exceed
+  return {{"min_ms", times.front()}, {"median_ms", median(times)}, {"p90_ms", times[std::min(p90, times.size() - 1)]},
+          {"iters", times.size()}};
 }
 
+// Milliseconds since the last call, for the phases a result reports.
+class PhaseClock {
+ public:
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double ms = std::chrono::duration<double, std::milli>(now - last_).count();
+    last_ = now;
+    return ms;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 json bench(Device& dev, const json& req) {
+  PhaseClock clock;
+  json phases = json::object();
   Kernel kernel(req.at("artifact").get<std::string>(), req.at("abi"), req.value("scalars", json::object()));
   std::map<std::string, Buffer> buffers;
   std::mt19937 rng(req.value("seed", 0u));
@@ -249,6 +269,7 @@ json bench(Device& dev, const json& req) {
   std::map<std::string, void*> ptrs;
   for (auto& [name, b] : buffers) ptrs[name] = b.dev.get();
 
+  phases["inputs"] = clock.lap();
   // The workspace query touches no tensor: pass none.
   size_t ws = 0;
   int rc = kernel.call({}, &ws, nullptr, dev.stream());
@@ -260,6 +281,7 @@ json bench(Device& dev, const json& req) {
   if (rc != 0) return {{"status", "failed"}, {"reason", "the kernel returned " + std::to_string(rc)}};
 
   json out = {{"status", "ok"}, {"device", dev.describe()}, {"workspace_bytes", ws}};
+  phases["first_call"] = clock.lap();
 
   // Outputs: the tensors the kernel writes (non-const pointers).
   std::vector<std::string> outputs;
@@ -346,8 +368,10 @@ json bench(Device& dev, const json& req) {
                      {"checked", checked}, {"rtol", rtol}, {"atol", atol}, {"against", "reference"}};
   }
 
+  if (req.contains("reference")) phases["verify"] = clock.lap();
   auto timed = time_it(dev, [&] { kernel.call(ptrs, nullptr, workspace.get(), dev.stream()); }, req);
   out.update(timed);
+  phases["timing"] = clock.lap();
 
   if (req.contains("vendor")) {
     const json& v = req["vendor"];
@@ -375,7 +399,9 @@ json bench(Device& dev, const json& req) {
     } else {
       out["vendor"] = {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}};
     }
+    phases["vendor"] = clock.lap();
   }
+  out["phases_ms"] = phases;
   return out;
 }
 
@@ -416,14 +442,17 @@ int runner_main() {
   }
   json out;
   try {
+    PhaseClock clock;
     Device& dev = device();
     json d = dev.describe();
+    const double init_ms = clock.lap();
     if (req.value("mode", "bench") == "probe") {
       out = d;
     } else if (!d.value("available", false)) {
       out = {{"status", "unavailable"}, {"reason", d.value("reason", "no device")}};
     } else {
       out = bench(dev, req);
+      if (out.contains("phases_ms")) out["phases_ms"]["device_init"] = init_ms;
     }
   } catch (const std::exception& e) {
     out = {{"status", "failed"}, {"reason", e.what()}};
