@@ -427,8 +427,15 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
   if (!p.list.empty()) return p.result();
   const GemmProblem g = gemm_problem(req.spec);
   if (req.backend == Backend::kCuda && no_params && wgmma_viable(req)) {
-    // Hopper's fast path by default, as the mma_sync defaults are for sm_80 and later.
+    // Hopper's fast path by default, as the mma_sync defaults are for sm_80 and later. A
+    // problem of fewer 128x256 tiles than half the 132 SMs of an H100 (small M, or small
+    // M and N) takes 64x128 tiles with one consumer warpgroup and 8 stages instead, the tiling
+    // that won the skinny shapes (docs/BENCHMARKS.md): four times the tiles to spread.
     req.spec.params = kWgmmaDefaults;
+    const int64_t tiles = g.batch * ((g.M + 127) / 128) * ((g.N + 255) / 256);
+    if (tiles < 66) {
+      req.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"mma", "wgmma"}};
+    }
   }
   switch (req.backend) {
     case Backend::kCpu: check_cpu(req, p); break;

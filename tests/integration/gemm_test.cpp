@@ -679,12 +679,26 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
       EXPECT_TRUE(saw_wgmma_kernel) << r.body["compile"]["resources"].dump();
     }
   }
+  // Without params the tiling follows the problem: 64x128 tiles (one consumer warpgroup, 8
+  // stages) for fewer than 66 tiles of 128x256, else 128x256 with two consumers.
+  for (auto [M, N, bm, bn] : std::vector<std::tuple<int64_t, int64_t, int, int>>{{512, 512, 64, 128}, {8, 4096, 64, 128},
+                                                                                 {2048, 2048, 128, 256}, {1024, 8192, 128, 256}}) {
+    json small = gemm("float16", M, N, 256, false, false);
+    small["backend"] = "cuda";
+    small["template"] = "gemm";
+    small["arch"] = "sm_90a";
+    auto r = post_json(*server_, "/render", small.dump());
+    ASSERT_EQ(r.status, 200) << r.raw.substr(0, 2000);
+    EXPECT_EQ(r.body["template"]["params"]["block_m"], bm) << M << "x" << N;
+    EXPECT_EQ(r.body["template"]["params"]["block_n"], bn) << M << "x" << N;
+    EXPECT_EQ(r.body["template"]["params"]["mma"], "wgmma");
+  }
   // The PTX holds the Hopper instructions: the m64n256k16 wgmma and the TMA tile copy.
-  json req = gemm("float16", 512, 512, 512, false, false);
-  req["backend"] = "cuda";
-  req["template"] = "gemm";
-  req["arch"] = "sm_90a";
-  auto rr = post_json(*server_, "/render", req.dump());
+  json big = gemm("float16", 2048, 2048, 512, false, false);
+  big["backend"] = "cuda";
+  big["template"] = "gemm";
+  big["arch"] = "sm_90a";
+  auto rr = post_json(*server_, "/render", big.dump());
   ASSERT_EQ(rr.status, 200) << rr.raw.substr(0, 2000);
   fs::path cu = scratch_->path() / "wg.cu", ptx = scratch_->path() / "wg.ptx";
   ASSERT_TRUE(core::write_file(cu, rr.body["source"].get<std::string>()));
@@ -699,6 +713,10 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   EXPECT_NE(text.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"), std::string::npos);
   EXPECT_NE(text.find("cp.async.bulk.tensor.3d"), std::string::npos);
   EXPECT_NE(text.find("setmaxnreg"), std::string::npos);
+  json req = gemm("float16", 512, 512, 512, false, false);
+  req["backend"] = "cuda";
+  req["template"] = "gemm";
+  req["arch"] = "sm_90a";
 
   // What the kernel cannot do is a 400 naming the field.
   auto bad = [&](json body, const std::string& field, const std::string& says) {
