@@ -3,13 +3,15 @@
 # they link (as ldd names them) into a self-contained folder, for a GPU host that lacks
 # Debian's libcpp-httplib, brotli, libffi and friends. glibc and the CUDA/ROCm runtimes are
 # left to the host (they must match its driver). Usage: scripts/bundle.sh [BUILD_DIR] [OUT_DIR]
+# KFORGE_BUNDLE_EXES names the programs (default: kforge and every runner); a GPU host's bundle
+# without kforge-runner-cpu leaves out OpenBLAS (36 MB), e.g. to fit a 64 MiB transfer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 OUT=${2:-.bundle}
 rm -rf "$OUT"
 mkdir -p "$OUT/lib" "$OUT/bin"
-for exe in kforge kforge-runner-cpu kforge-runner-cuda kforge-runner-rocm; do
+for exe in ${KFORGE_BUNDLE_EXES:-kforge kforge-runner-cpu kforge-runner-cuda kforge-runner-rocm}; do
   [ -x "$BUILD/bin/$exe" ] || continue
   dest="$OUT/bin/$exe"
   [ "$exe" = kforge ] && dest="$OUT/bin/kforge.real"

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""The CUDA gemm over shapes that look like real models, beside cuBLAS and torch.mm.
+
+For each shape it asks a real kforge service for the gemm (`POST /kernels` with the template's
+default parameters, or `POST /autotune` with the default choices under --autotune), verified
+against the reference rendering, timed by kforge-runner-cuda beside cuBLAS on the same buffers
+(the runner's `vendor`), and times torch.mm / torch.bmm on the same shape in this process (CUDA
+events, the 50 MiB L2 flushed with a 256 MiB memset before each call, median), when torch is
+importable. Every row says which device and driver measured it.
+
+Shapes (issue 15): square 1024..8192; LLM projections, M in {1, 16, 128, 2048, 8192} against
+(N, K) in {(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)}; batched attention-like
+products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias + gelu epilogue.
+--quick keeps one dtype, layout NN and no epilogue.
+
+Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--quick] [--only 4096x4096x4096,...]
+                           [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias_gelu]
+                           [--groups square,llm,bmm] [--budget-ms 100] [--jobs 16]
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SQUARE = [(1, s, s, s) for s in (1024, 2048, 4096, 8192)]
+LLM = [(1, m, n, k) for m in (1, 16, 128, 2048, 8192) for (n, k) in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096))]
+# (batch, M, N, K): attention scores (L x d @ d x L) and values (L x L @ L x d) for 32 heads.
+BMM = [(32, 2048, 2048, 128), (32, 2048, 128, 2048), (64, 512, 512, 64), (64, 512, 64, 512)]
+
+
+def operand(name, dtype, batch, rows, cols, transposed):
+    """A [rows, cols] operand (batched when batch > 1); transposed: a .t() view of [cols, rows]."""
+    if batch > 1:
+        strides = [rows * cols, 1, rows] if transposed else [rows * cols, cols, 1]
+        return {"name": name, "dtype": dtype, "sizes": [batch, rows, cols], "strides": strides}
+    strides = [1, rows] if transposed else [cols, 1]
+    return {"name": name, "dtype": dtype, "sizes": [rows, cols], "strides": strides}
+
+
+def request(shape, dtype, layout, epilogue, budget_ms):
+    b, m, n, k = shape
+    body = {"backend": "cuda", "arch": "native", "template": "gemm",
+            "inputs": [operand("A", dtype, b, m, k, layout[0] == "t"), operand("B", dtype, b, k, n, layout[1] == "t")],
+            "output": {"name": "C", "dtype": dtype, "sizes": [b, m, n] if b > 1 else [m, n]},
+            "benchmark": {"verify": True, "vendor": True, "budget_ms": budget_ms}}
+    if epilogue == "bias_gelu":
+        body["inputs"].append({"name": "bias", "dtype": dtype, "sizes": [n]})
+        body["epilogue"] = [{"op": "add", "input": 2}, {"op": "gelu"}]
+    return body
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(req, timeout=3600) as f:
+            return json.load(f), time.monotonic() - t0
+    except urllib.error.HTTPError as e:
+        return {"http_error": e.code, "body": e.read()[:1500].decode(errors="replace")}, time.monotonic() - t0
+
+
+class TorchTimer:
+    """torch.mm / torch.bmm (+ bias + gelu) on the same shapes, timed like the runner times."""
+
+    def __init__(self):
+        import torch  # noqa: PLC0415 (optional: the suite runs without it)
+        self.torch = torch
+        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+
+    def time(self, shape, dtype, layout, epilogue, reps=20):
+        t = self.torch
+        b, m, n, k = shape
+        dt = getattr(t, dtype)
+
+        def make(rows, cols, transposed):
+            x = t.randn((b, cols, rows) if transposed else (b, rows, cols), device="cuda", dtype=dt)
+            return x.transpose(-1, -2) if transposed else x
+
+        a, bb = make(m, k, layout[0] == "t"), make(k, n, layout[1] == "t")
+        if b == 1:
+            a, bb = a[0], bb[0]
+        bias = t.randn(n, device="cuda", dtype=dt)
+        mm = t.bmm if b > 1 else t.mm
+
+        def run():
+            c = mm(a, bb)
+            if epilogue == "bias_gelu":
+                c = t.nn.functional.gelu(c + bias)
+            return c
+
+        for _ in range(3):
+            run()
+        times = []
+        for _ in range(reps):
+            self.flush.zero_()
+            s, e = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            s.record()
+            run()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e))
+        times.sort()
+        return times[len(times) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kforge", required=True)
+    ap.add_argument("--autotune", action="store_true", help="POST /autotune with the default choices (else the default parameters)")
+    ap.add_argument("--quick", action="store_true", help="float16, NN, no epilogue")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--layouts", default="nn,nt,tn,tt")
+    ap.add_argument("--epilogue", default="none,bias_gelu")
+    ap.add_argument("--groups", default="square,llm,bmm")
+    ap.add_argument("--budget-ms", type=float, default=100)
+    ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="requests in flight (compiles run in parallel)")
+    args = ap.parse_args()
+    if args.quick:
+        args.dtypes, args.layouts, args.epilogue = "float16", "nn", "none"
+    shapes = []
+    for g in args.groups.split(","):
+        shapes += {"square": SQUARE, "llm": LLM, "bmm": BMM}[g]
+    if args.only:
+        keep = set(args.only.split(","))
+        shapes = [s for s in shapes if "x".join(map(str, s[1:])) in keep or "x".join(map(str, s)) in keep]
+    cases = [(s, d, l, e) for s in shapes for d in args.dtypes.split(",") for l in args.layouts.split(",")
+             for e in args.epilogue.split(",")]
+
+    work = tempfile.mkdtemp(prefix="kforge-suite-")
+    os.chmod(work, 0o755)  # the sandbox uid must reach the cache
+    log_path = os.path.join(work, "server.log")
+    proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache"),
+                             "--compile-jobs", str(args.jobs), "--max-queue", str(4 * len(cases) + 16)],
+                            stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True)
+    url = proc.stdout.readline().split()[-1]
+    try:
+        torch_timer = TorchTimer()
+    except Exception as e:  # noqa: BLE001 (no torch, or no GPU for it)
+        torch_timer = None
+        print(f"# torch.mm column: unavailable ({e})", flush=True)
+    results = []
+    try:
+        tc = json.load(urllib.request.urlopen(url + "/toolchains"))
+        print("# device:", json.dumps(tc["cuda"].get("device")), flush=True)
+        print(f"# {len(cases)} cases, {'autotune (default choices)' if args.autotune else 'default parameters'}", flush=True)
+        path = "/autotune" if args.autotune else "/kernels"
+        t0 = time.monotonic()
+        # Compiles in parallel (the service's pool); the runner times one kernel at a time anyway.
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            futs = []
+            for c in cases:
+                body = request(*c, args.budget_ms)
+                if args.autotune:
+                    body["choices"] = "default"
+                futs.append(pool.submit(post, url, path, body))
+            for c, f in zip(cases, futs):
+                j, wall = f.result()
+                results.append((c, j, wall))
+        total = time.monotonic() - t0
+        rows = []
+        for (shape, dtype, layout, epi), j, wall in results:
+            b, m, n, k = shape
+            name = f"{dtype} {layout.upper()} {'bias+gelu ' if epi != 'none' else ''}{'%dx' % b if b > 1 else ''}{m}x{n}x{k}"
+            if "http_error" in j:
+                print(f"{name}: HTTP {j['http_error']} {j['body'][:400]}", flush=True)
+                continue
+            bench = (j.get("winner") or {}).get("benchmark") if args.autotune else j.get("benchmark")
+            params = (j.get("winner") or {}).get("params") if args.autotune else j.get("template", {}).get("params")
+            if not bench or bench.get("status") != "ok":
+                print(f"{name}: no timing: {json.dumps(bench or j)[:400]}", flush=True)
+                continue
+            ok = bench.get("verify", {}).get("passed")
+            ms, vms = bench["median_ms"], bench.get("vendor", {}).get("median_ms")
+            tms = torch_timer.time(shape, dtype, layout, epi) if torch_timer else None
+            flops = 2 * b * m * n * k
+            ratio = vms / ms if vms else float("nan")
+            rows.append((name, ms, vms, tms, ratio, ok, params, wall))
+            print(f"{name:>40}: kforge {ms:.4f} ms (min {bench['min_ms']:.4f}, p90 {bench.get('p90_ms', float('nan')):.4f}, "
+                  f"{bench['iters']} runs; {flops / ms / 1e9:.0f} TFLOP/s)  cuBLAS {vms:.4f} ms  "
+                  f"torch {tms if tms is None else round(tms, 4)} ms  kforge/cuBLAS {ratio:.2f}x  verified={ok}  "
+                  f"wall {wall:.1f}s  {json.dumps(params, sort_keys=True)}", flush=True)
+            if args.autotune:
+                print(f"{'':>42}compile {j.get('compile_seconds', 0):.1f} s, benchmark {j.get('benchmark_seconds', 0):.1f} s; "
+                      f"runner phases of each choice (ms): "
+                      f"{[{k: round(v) for k, v in c.get('benchmark', {}).get('phases_ms', {}).items()} for c in j.get('choices', [])]}",
+                      flush=True)
+            elif bench.get("phases_ms"):
+                print(f"{'':>42}runner phases (ms): {json.dumps({k: round(v, 1) for k, v in bench['phases_ms'].items()})}", flush=True)
+        ratios = [r[4] for r in rows if r[4] == r[4] and r[4] > 0]
+        print()
+        print(f"# {len(rows)} of {len(cases)} cases timed in {total:.0f} s; "
+              f"geometric mean kforge/cuBLAS {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, "
+              f"min {min(ratios):.3f}" if ratios else "# nothing timed")
+        print("| case | kforge (ms) | cuBLAS (ms) | torch (ms) | kforge / cuBLAS | verified | params |")
+        print("|---|---|---|---|---|---|---|")
+        for name, ms, vms, tms, ratio, ok, params, _ in rows:
+            print(f"| {name} | {ms:.4f} | {vms:.4f} | {'' if tms is None else f'{tms:.4f}'} | {ratio:.2f}× | {ok} | "
+                  f"`{json.dumps(params, sort_keys=True)}` |")
+    finally:
+        proc.terminate()
+        proc.wait()
+    return 0 if results and all("http_error" not in j for _, j, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
