@@ -37,6 +37,50 @@ void send_answer(httplib::Response& res, int status, const nlohmann::json& body)
   send_json(res, body, status);
 }
 
+// The URL of a download names content by its hash: it never changes, so caches keep it.
+constexpr const char* kImmutable = "public, max-age=31536000, immutable";
+
+// How one file of an entry is downloaded (GET /kernels/{key}/{what}): the route and the
+// event front's hit path answer with the same headers.
+struct Download {
+  std::string file;  // its name in the entry
+  bool binary = false;
+  std::string etag;         // "\"<sha256>\""
+  std::string disposition;  // binaries: attachment; filename="<kernel>.so"
+  const char* type = "";
+};
+
+// nullopt when the entry has no such file.
+std::optional<Download> download_of(const nlohmann::json& m, const std::string& key, std::string_view what) {
+  Download d;
+  d.file = what == "artifact" ? "kernel.so"
+           : what == "object" ? "kernel.o"
+           : what == "log"    ? "compile.log"
+                              : m.value("source_file", "");
+  const auto& files = m["files"];
+  const auto it = files.find(d.file);
+  if (it == files.end()) return std::nullopt;
+  d.binary = what == "artifact" || what == "object";
+  d.etag = "\"" + (*it)["sha256"].get<std::string>() + "\"";
+  d.type = d.binary ? "application/octet-stream" : "text/plain; charset=utf-8";
+  if (d.binary) {
+    d.disposition =
+        "attachment; filename=\"" + m.value("kernel_name", key) + (what == "artifact" ? ".so\"" : ".o\"");
+  }
+  return d;
+}
+
+// "/kernels/{key}/artifact" or ".../object" with a well-formed key: (key, what).
+std::optional<std::pair<std::string_view, std::string_view>> binary_download(std::string_view path) {
+  constexpr std::string_view prefix = "/kernels/";
+  if (!path.starts_with(prefix)) return std::nullopt;
+  path.remove_prefix(prefix.size());
+  if (path.size() < 65 || path[64] != '/') return std::nullopt;
+  const std::string_view key = path.substr(0, 64), what = path.substr(65);
+  if (!core::is_hex_key(key) || (what != "artifact" && what != "object")) return std::nullopt;
+  return std::pair{key, what};
+}
+
 }  // namespace
 
 core::JobQueue::Work Server::build_work(core::BuildPlan plan, nlohmann::json benchmark) {
@@ -164,6 +208,74 @@ void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
 
 void Server::send_hit(httplib::Response& res, const std::shared_ptr<const nlohmann::json>& manifest,
                       const nlohmann::json& phases_ms) {
+  res.status = 200;
+  res.set_content(hit_body(manifest, phases_ms), kJson);
+}
+
+bool Server::fast_candidate(const FrontRequest& r) {
+  if (r.method == "POST") return r.path == "/kernels";
+  if (r.method != "GET" && r.method != "HEAD") return false;
+  return !r.has_header("Range") && binary_download(r.path).has_value();  // ranges: httplib's
+}
+
+// Only what is in memory is answered here: a miss, an error, a file not kept in memory, an
+// entry not verified in this process, a caller without the role — all go to the routes
+// above (returning false), which answer them as they always do.
+bool Server::answer_fast(const FrontRequest& r, std::string& out) {
+  const auto t0 = Clock::now();
+  const bool post = r.method == "POST";
+  if (r.body.size() > config_.max_body_bytes || (!post && !r.body.empty())) return false;
+  if (!svc_.auth.check(r.header("Authorization"), post ? Role::kSubmit : Role::kRead)) return false;
+  const std::string client(r.remote_addr);
+  const std::string rid = request_id(r.header("X-Request-Id"));
+  std::string route;
+  int status = 200;
+  size_t bytes = 0;
+  if (post) {
+    // As post_kernel: bytes seen before (and valid then) are the same request.
+    const auto rkey = request_bodies_.get(core::sha256_hex(r.body));
+    if (!rkey) return false;
+    const auto hit = svc_.builder.find_answer(*rkey, /*local_only=*/true);
+    if (!hit) return false;
+    metrics_.cache_outcome("hit");
+    hits_.record("POST /kernels", client, (*hit)["key"].get<std::string>());
+    const std::string body = hit_body(hit, {{"lookup", ms_since(t0)}});
+    append_response(out, r, 200, {{"Content-Type", kJson}, {"X-Request-Id", rid}}, body, kKeepAliveSeconds);
+    route = "/kernels";
+    bytes = body.size();
+  } else {
+    const auto [key_view, what] = *binary_download(r.path);
+    const std::string key(key_view);
+    const auto m = svc_.store.memo_manifest(key);
+    if (!m) return false;
+    const auto d = download_of(*m, key, what);
+    if (!d) return false;
+    if (r.header("If-None-Match") == d->etag) {
+      status = 304;
+      append_response(out, r, 304, {{"ETag", d->etag}, {"Cache-Control", kImmutable}, {"X-Request-Id", rid}}, {},
+                      kKeepAliveSeconds);
+    } else {
+      if (!config_.accel_redirect.empty()) return false;
+      // The verified bytes, still the file's (one stat): never bytes that changed on disk.
+      const auto data = svc_.store.read_hot(key, d->file);
+      if (!data) return false;
+      append_response(out, r, 200,
+                      {{"Content-Type", d->type},
+                       {"ETag", d->etag},
+                       {"Cache-Control", kImmutable},
+                       {"Content-Disposition", d->disposition},
+                       {"X-Request-Id", rid}},
+                      *data, kKeepAliveSeconds);
+      bytes = data->size();
+    }
+    route = std::string("/kernels/{key}/") + std::string(what);
+    hits_.record(std::string("GET ") + route, client, key);
+  }
+  access_log(rid, r.method, r.path, route, status, ms_since(t0), bytes, client);
+  return true;
+}
+
+std::string Server::hit_body(const std::shared_ptr<const nlohmann::json>& manifest, const nlohmann::json& phases_ms) {
   const std::string& key = (*manifest)["key"].get_ref<const std::string&>();
   std::shared_ptr<const HitView> view;
   if (auto v = hit_views_.get(key); v && (*v)->manifest == manifest) view = *v;
@@ -180,8 +292,7 @@ void Server::send_hit(httplib::Response& res, const std::shared_ptr<const nlohma
   std::string body;
   body.reserve(view->head.size() + phases.size() + 24);
   body.append(view->head).append(",\n  \"phases_ms\": ").append(phases).append("\n}\n");
-  res.status = 200;
-  res.set_content(std::move(body), kJson);
+  return body;
 }
 
 core::Result<core::BuildResult> Server::build_queued(const core::KernelRequest& req,
@@ -333,33 +444,25 @@ void Server::kernel_routes() {
                         " was corrupt (or expired) on disk and has been removed; submit it again"));
           }
           if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
-          const std::string file = what == "artifact" ? "kernel.so"
-                                   : what == "object" ? "kernel.o"
-                                   : what == "log"    ? "compile.log"
-                                                      : m->value("source_file", "");
-          if (!(*m)["files"].contains(file)) {
+          const auto d = download_of(*m, key, what);
+          if (!d) {
             return send_problem(
                 res,
                 problem_json(404,
                              "kernel " + key + " has no " + what +
                                  (what == "object" ? " (it was not built with options.aot)" : "")));
           }
-          const bool binary = what == "artifact" || what == "object";
+          const std::string& file = d->file;
+          const bool binary = d->binary;
           if (binary) hits_.record(std::string("GET /kernels/{key}/") + what, req.remote_addr, key);
-          // The URL names content by its hash: it never changes, so caches may keep it.
-          const std::string etag = "\"" + (*m)["files"][file]["sha256"].get<std::string>() + "\"";
-          res.set_header("ETag", etag);
-          res.set_header("Cache-Control", "public, max-age=31536000, immutable");
-          if (req.get_header_value("If-None-Match") == etag) {
+          res.set_header("ETag", d->etag);
+          res.set_header("Cache-Control", kImmutable);
+          if (req.get_header_value("If-None-Match") == d->etag) {
             res.status = 304;
             return;
           }
-          const char* type = binary ? "application/octet-stream" : "text/plain; charset=utf-8";
-          if (binary) {
-            res.set_header("Content-Disposition", "attachment; filename=\"" +
-                                                      m->value("kernel_name", key) +
-                                                      (what == "artifact" ? ".so\"" : ".o\""));
-          }
+          const char* type = d->type;
+          if (binary) res.set_header("Content-Disposition", d->disposition);
           if (binary && !config_.accel_redirect.empty()) {
             // nginx sends the file: checked here to be unchanged since it was verified.
             if (!svc_.store.lookup(key))

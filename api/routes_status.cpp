@@ -155,6 +155,17 @@ void Server::status_routes() {
           g.sandbox_failures = svc_.sandbox.failures();
           std::string text = metrics_.render(g, hits_);
           if (core::RedisTier* remote = svc_.builder.remote()) text += shared_tier_metrics(*remote);
+          if (front_) {  // the event front (plain HTTP): where requests were answered
+            const auto c = front_->counts();
+            auto counter = [&](const char* name, const char* help, uint64_t v) {
+              text.append("# HELP ").append(name).append(" ").append(help).append("\n# TYPE ").append(name);
+              text.append(" counter\n").append(name).append(" ").append(std::to_string(v)).append("\n");
+            };
+            counter("kforge_http_connections_total", "Connections accepted.", c.connections);
+            counter("kforge_http_loop_answers_total", "Requests answered on an event loop (hits from memory).", c.fast);
+            counter("kforge_http_handed_off_total", "Requests handed to a worker (everything but hits from memory).",
+                    c.handed_off);
+          }
           res.set_content(text, "text/plain; version=0.0.4");
         });
 

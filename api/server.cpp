@@ -30,17 +30,27 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+}  // namespace
+
+// httplib's server with its request processing reachable: the event front hands it each
+// request that is not a hit (api/front.hpp).
+class HttpCore : public httplib::Server {
+ public:
+  using httplib::Server::process_request;
+  // httplib ends a streamed body (job events, an export) when its own listening socket is
+  // gone; the front's socket stands in for it while the front serves.
+  void serving(socket_t listening) { svr_sock_ = listening; }
+};
+
 // A client's X-Request-Id is kept when it is short and plain; otherwise we make one.
-std::string request_id(const httplib::Request& req) {
-  std::string id = req.get_header_value("X-Request-Id");
+std::string request_id(std::string_view header) {
+  std::string id(header);
   bool plain = !id.empty() && id.size() <= 64;
   for (char c : id)
     plain =
         plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
   return plain ? id : core::unique_suffix();
 }
-
-}  // namespace
 
 nlohmann::json kernel_view(const nlohmann::json& m) {
   const std::string key = m.value("key", "");
@@ -109,7 +119,16 @@ Server::Server(ServerConfig config, Services services)
   if (tls()) {
     http_ = std::make_unique<httplib::SSLServer>(config_.tls_cert.c_str(), config_.tls_key.c_str());
   } else {
-    http_ = std::make_unique<httplib::Server>();
+    auto core = std::make_unique<HttpCore>();
+    core_ = core.get();
+    http_ = std::move(core);
+    FrontConfig fc;
+    fc.loops = config_.http_loops;
+    fc.workers = config_.http_threads;
+    fc.read_timeout_s = config_.read_timeout_s;
+    fc.write_timeout_s = config_.write_timeout_s;
+    fc.keep_alive_timeout_s = kKeepAliveSeconds;
+    front_ = std::make_unique<EventFront>(fc, static_cast<FrontHandler&>(*this));
   }
   const size_t threads = config_.http_threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
@@ -118,13 +137,13 @@ Server::Server(ServerConfig config, Services services)
   http_->set_payload_max_length(std::max(config_.max_body_bytes, config_.max_import_bytes));
   http_->set_read_timeout(config_.read_timeout_s);
   http_->set_write_timeout(config_.write_timeout_s);
-  http_->set_keep_alive_timeout(5);
+  http_->set_keep_alive_timeout(kKeepAliveSeconds);
   http_->set_keep_alive_max_count(10000);
   http_->set_tcp_nodelay(true);  // small answers must not wait out delayed ACKs (40 ms)
   http_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     t_request_start = std::chrono::steady_clock::now();
     t_route = "unmatched";
-    res.set_header("X-Request-Id", request_id(req));
+    res.set_header("X-Request-Id", request_id(req.get_header_value("X-Request-Id")));
     // httplib reads (skips) a body over the limit before it answers 413, so that a client
     // still sending it gets the answer rather than a reset; but strtoull makes "-1", 2^64
     // or "0x10" into a length no client will ever send, and the request would hold its
@@ -176,20 +195,11 @@ Server::Server(ServerConfig config, Services services)
       });
   // The access log: one JSON line per request. Never the Authorization header.
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    const std::string route = t_route;
-    metrics_.request(route, req.method, res.status);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                 t_request_start)
                           .count();
-    log_line({{"event", "access"},
-              {"request_id", res.get_header_value("X-Request-Id")},
-              {"method", req.method},
-              {"path", req.path},
-              {"route", route},
-              {"status", res.status},
-              {"ms", std::round(ms * 1000) / 1000},
-              {"bytes", res.body.size()},
-              {"client", req.remote_addr}});
+    access_log(res.get_header_value("X-Request-Id"), req.method, req.path, t_route, res.status, ms,
+               res.body.size(), req.remote_addr);
   });
   kernel_routes();
   cache_routes();
@@ -243,6 +253,26 @@ void Server::route_reader(const std::string& api_path, Role role, ReaderHandler 
   });
 }
 
+void Server::access_log(const std::string& request_id, std::string_view method, std::string_view path,
+                        const std::string& route, int status, double ms, size_t bytes, std::string_view client) {
+  metrics_.request(route, std::string(method), status);
+  log_line({{"event", "access"},
+            {"request_id", request_id},
+            {"method", method},
+            {"path", path},
+            {"route", route},
+            {"status", status},
+            {"ms", std::round(ms * 1000) / 1000},
+            {"bytes", bytes},
+            {"client", client}});
+}
+
+bool Server::serve(httplib::Stream& stream) {
+  bool closed = false;
+  const bool ok = core_->process_request(stream, false, closed, nullptr);
+  return ok && !closed;
+}
+
 void Server::log_line(nlohmann::json line) {
   nlohmann::json out = {{"ts", unix_now()}};
   out.update(line);
@@ -279,6 +309,11 @@ bool Server::valid() const {
 }
 
 core::Result<int> Server::bind() {
+  if (front_) {
+    auto port = front_->bind(config_.host, config_.port);
+    if (port) core_->serving(front_->listening());
+    return port;
+  }
   if (!valid()) {
     return core::fail(core::ErrorKind::kInternal,
                       "the TLS server could not be set up from --tls-cert " + config_.tls_cert +
@@ -296,9 +331,14 @@ core::Result<int> Server::bind() {
 }
 
 void Server::run() {
+  if (front_) return front_->run();
   http_->listen_after_bind();
 }
 void Server::stop() {
+  if (front_) {
+    front_->stop();
+    core_->serving(INVALID_SOCKET);
+  }
   http_->stop();
 }
 

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/auth.hpp"
+#include "api/front.hpp"
 #include "api/log_sink.hpp"
 #include "api/metrics.hpp"
 #include "core/autotune.hpp"
@@ -62,7 +63,8 @@ struct ServerConfig {
   std::chrono::milliseconds request_deadline{std::chrono::minutes(10)};
   int read_timeout_s = 30;        // a client that sends nothing for this long is dropped
   int write_timeout_s = 30;       // ... or reads nothing
-  size_t http_threads = 64;       // connections served at once (keep-alive holds one each)
+  size_t http_threads = 64;       // requests served at once off the event loops (HTTPS: connections)
+  size_t http_loops = 0;          // event loops of the plain-HTTP front (0: one per core)
   uint64_t cache_max_bytes = 0;   // 0: unbounded
   std::string tls_cert, tls_key;  // both set: HTTPS
   std::filesystem::path web_dir;  // serve the status page from here instead of the binary
@@ -83,11 +85,17 @@ struct Services {
   const Auth& auth;
 };
 
+// A client's X-Request-Id when it is short and plain; else a fresh one.
+std::string request_id(std::string_view header);
+
 // The JSON a client gets for one kernel: the manifest's view plus URLs and wrappers.
 nlohmann::json kernel_view(const nlohmann::json& manifest);
 
-class Server {
+class HttpCore;  // httplib's server, its request processing reachable by the front
+
+class Server : private FrontHandler {
  public:
+  static constexpr int kKeepAliveSeconds = 5;  // an idle keep-alive connection is closed then
   Server(ServerConfig config, Services services);
   ~Server();
   Server(const Server&) = delete;
@@ -145,6 +153,17 @@ class Server {
   void maintain_cache();
   nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache
   void log_line(nlohmann::json line);
+  // The access log's line for one request (both the front's and httplib's).
+  void access_log(const std::string& request_id, std::string_view method, std::string_view path,
+                  const std::string& route, int status, double ms, size_t bytes, std::string_view client);
+  // The event front's hit path (api/front.hpp): downloads and known POST /kernels bodies
+  // answered from memory on the loop; everything else is httplib's on a worker.
+  bool fast_candidate(const FrontRequest& head) override;
+  bool answer_fast(const FrontRequest& req, std::string& out) override;
+  bool serve(httplib::Stream& stream) override;
+  // A hit's answer body: the kernel's view as bytes made once per verified manifest, with
+  // this request's phases_ms appended.
+  std::string hit_body(const std::shared_ptr<const nlohmann::json>& manifest, const nlohmann::json& phases_ms);
   // A hit's answer: the kernel's view as bytes made once per verified manifest, with this
   // request's phases_ms appended.
   void send_hit(httplib::Response& res, const std::shared_ptr<const nlohmann::json>& manifest,
@@ -167,6 +186,8 @@ class Server {
   core::JobQueue jobs_;
   core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;
+  HttpCore* core_ = nullptr;             // http_ when plain HTTP (the front serves it)
+  std::unique_ptr<EventFront> front_;  // plain HTTP only
   std::vector<std::pair<std::string, std::string>> routes_;
   std::deque<std::string> route_labels_;  // what the access log and metrics call each route
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();

@@ -304,10 +304,10 @@ std::shared_ptr<const nlohmann::json> Builder::find(const std::string& key, bool
   return fetched ? std::make_shared<const nlohmann::json>(std::move(*fetched)) : nullptr;
 }
 
-std::shared_ptr<const nlohmann::json> Builder::find_answer(const std::string& request_key) {
-  auto key = find_request(request_key);
+std::shared_ptr<const nlohmann::json> Builder::find_answer(const std::string& request_key, bool local_only) {
+  auto key = local_only ? store_.lookup_request(request_key) : find_request(request_key);
   if (!key) return nullptr;
-  auto m = find(*key);
+  auto m = local_only ? store_.lookup(*key) : find(*key);
   if (!m || m->value("status", "") != "ok") return nullptr;
   store_.touch(*key);
   hits_++;

@@ -134,7 +134,8 @@ class Builder {
   std::shared_ptr<const nlohmann::json> find(const std::string& key, bool polling = false);
   // The entry a request key was answered with, when it is still there and compiled (not a
   // cached failure): a hit, counted and its recency refreshed; null otherwise.
-  std::shared_ptr<const nlohmann::json> find_answer(const std::string& request_key);
+  // `local_only`: the shared tier is not asked (an event loop never waits on the network).
+  std::shared_ptr<const nlohmann::json> find_answer(const std::string& request_key, bool local_only = false);
 
   // The shared tier (Redis), asked on a local miss and given every publish; null: none.
   void set_remote(RedisTier* remote) { remote_ = remote; }

@@ -336,12 +336,18 @@ std::shared_ptr<const nlohmann::json> DiskStore::memo_manifest(const std::string
   return v ? (*v)->manifest : nullptr;
 }
 
+std::shared_ptr<const std::string> DiskStore::read_hot(const std::string& key, const std::string& name) {
+  const std::string hot_key = key + "/" + name;
+  auto hot = hot_files_.get(hot_key);
+  if (!hot) return nullptr;
+  if (identify(entry_dir(key) / name) == (*hot)->id) return {*hot, &(*hot)->data};
+  hot_files_.erase(hot_key);
+  return nullptr;
+}
+
 std::optional<std::string> DiskStore::read_verified(const std::string& key, const std::string& name) {
   const std::string hot_key = key + "/" + name;
-  if (auto hot = hot_files_.get(hot_key)) {
-    if (identify(entry_dir(key) / name) == (*hot)->id) return (*hot)->data;
-    hot_files_.erase(hot_key);
-  }
+  if (auto hot = read_hot(key, name)) return *hot;
   // Only this file's identity is checked against the memo: it is all that is read.
   auto v = verified_.get(key).value_or(nullptr);
   bool fresh = false;

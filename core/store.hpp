@@ -124,6 +124,10 @@ class DiskStore {
   // Checks only that file's identity against the memo (what is read is all that matters),
   // so an entry changed elsewhere is verified again in full first.
   std::optional<std::string> read_verified(const std::string& key, const std::string& name);
+  // The bytes of a file read_verified() served lately and kept in memory, when the file
+  // still has the identity they were verified at (one stat); null otherwise (then
+  // read_verified()). Never reads or hashes a file.
+  std::shared_ptr<const std::string> read_hot(const std::string& key, const std::string& name);
   // The verified manifest from the memo alone, nothing on disk looked at; null when not
   // memoised (then lookup()). For a reader that goes on to read_verified().
   std::shared_ptr<const nlohmann::json> memo_manifest(const std::string& key) const;

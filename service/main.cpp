@@ -129,7 +129,8 @@ constexpr SettingSpec kServeSettings[] = {
     {"request-deadline", "600", "longest a request waits for its build before a 202, s"},
     {"read-timeout", "30", "drop a client that sends nothing for this long, s"},
     {"write-timeout", "30", "drop a client that reads nothing for this long, s"},
-    {"http-threads", "64", "connections served at once"},
+    {"http-threads", "64", "requests served at once off the event loops (HTTPS: connections)"},
+    {"http-loops", "0", "event loops that own the connections and answer hits (0: one per core; plain HTTP)"},
     {"job-history", "512", "finished jobs kept for /jobs"},
     {"web-dir", "", "serve the status page's own files from this directory (development)"},
     {"accel-redirect", "", "URI prefix of an nginx `internal` location that serves the cache root: downloads "
@@ -256,6 +257,7 @@ int serve(const Args& a) {
   cfg.read_timeout_s = static_cast<int>(num("read-timeout"));
   cfg.write_timeout_s = static_cast<int>(num("write-timeout"));
   cfg.http_threads = std::max<long long>(4, num("http-threads"));
+  cfg.http_loops = std::max<long long>(0, num("http-loops"));
   cfg.cache_max_bytes = num("cache-max-bytes");
   cfg.tls_cert = get("tls-cert");
   cfg.tls_key = get("tls-key");

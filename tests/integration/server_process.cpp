@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <sstream>
 #include <stdexcept>
 
@@ -153,6 +154,74 @@ Reply to_reply(const httplib::Result& r) {
 Reply post_json(const ServerProcess& s, const std::string& path, const std::string& body) {
   auto c = s.client();
   return to_reply(c.Post(path, body, "application/json"));
+}
+
+RawConnection::RawConnection(const ServerProcess& s) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(s.url().substr(s.url().rfind(':') + 1))));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+RawConnection::~RawConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RawConnection::send(const std::string& bytes) {
+  size_t off = 0;
+  while (fd_ >= 0 && off < bytes.size()) {
+    const ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    off += size_t(n);
+  }
+}
+
+void RawConnection::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
+bool RawConnection::fill(int timeout_s) {
+  pollfd p{fd_, POLLIN, 0};
+  if (fd_ < 0 || ::poll(&p, 1, timeout_s * 1000) <= 0) return false;
+  char buf[16384];
+  const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+  if (n <= 0) return false;
+  in_.append(buf, size_t(n));
+  return true;
+}
+
+RawConnection::Answer RawConnection::read_answer(bool head_request, int timeout_s) {
+  size_t head_end;
+  while ((head_end = in_.find("\r\n\r\n")) == std::string::npos)
+    if (!fill(timeout_s)) return {};
+  Answer a;
+  a.head = in_.substr(0, head_end + 2);
+  size_t len = 0;
+  if (const auto cl = a.head.find("\r\nContent-Length: "); cl != std::string::npos) len = std::stoul(a.head.substr(cl + 18));
+  const int status = a.head.starts_with("HTTP/1.1 ") ? std::stoi(a.head.substr(9, 3)) : -1;
+  if (head_request || status == 304) len = 0;
+  while (in_.size() < head_end + 4 + len)
+    if (!fill(timeout_s)) return {};
+  a.body = in_.substr(head_end + 4, len);
+  in_.erase(0, head_end + 4 + len);
+  a.status = status;
+  return a;
+}
+
+bool RawConnection::closed_within(int timeout_s) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+    in_.append(buf, size_t(n));
+  }
+  return false;
 }
 
 Reply get(const ServerProcess& s, const std::string& path, const httplib::Headers& headers) {

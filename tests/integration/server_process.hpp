@@ -52,6 +52,32 @@ int free_port();
 // Waits until something accepts connections on 127.0.0.1:port (false after `timeout_ms`).
 bool wait_for_port(int port, int timeout_ms = 10000);
 
+// One TCP connection to a server, written and read byte for byte (pipelining, half-close,
+// a request cut short): what an HTTP client library would not send.
+class RawConnection {
+ public:
+  explicit RawConnection(const ServerProcess& s);
+  ~RawConnection();
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+  bool connected() const { return fd_ >= 0; }
+  void send(const std::string& bytes);
+  void shutdown_write();
+  struct Answer {
+    int status = 0;  // 0: the connection ended (or `timeout_s` passed) before a whole answer
+    std::string head, body;
+  };
+  // The next whole answer (its body by Content-Length; none for 304 or after HEAD).
+  Answer read_answer(bool head_request = false, int timeout_s = 20);
+  // Whether the server closes the connection within `timeout_s` (nothing else arriving).
+  bool closed_within(int timeout_s);
+
+ private:
+  bool fill(int timeout_s);  // reads more; false on EOF, error or timeout
+  int fd_ = -1;
+  std::string in_;
+};
+
 struct Reply {
   int status = 0;
   nlohmann::json body;

@@ -527,6 +527,94 @@ TEST_F(Service, TenThousandHitsAreCountedButAreNotJobs) {
   EXPECT_EQ(metric(*s, "kforge_hits_total{route=\"POST /kernels\"}"), kThreads * kEach / 2);
 }
 
+// The event front (api/front.hpp) answers hits from memory on its loops and hands every
+// other request to httplib on a worker. On one keep-alive connection both keep HTTP's
+// order, pipelined or byte by byte, and the connection returns to a loop after each
+// hand-off; Connection: close and a client's half-close are honoured.
+TEST_F(Service, TheEventFrontKeepsPipelinedAnswersInOrderAcrossHandOffs) {
+  auto s = start();
+  const std::string body = quick_kernel(56);
+  Reply a = post_json(*s, "/kernels", body);
+  ASSERT_EQ(a.status, 200);
+  const std::string key = a.body["key"];
+  const std::string sha = a.body["artifact"]["sha256"];
+  const std::string artifact = "/kernels/" + key + "/artifact";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a file this new is re-read
+  ASSERT_EQ(get(*s, artifact).status, 200);  // read once: now in memory, for the loop
+  ASSERT_EQ(post_json(*s, "/kernels", body).status, 200);  // a hit: its bytes are known now
+  const double on_loop = metric(*s, "kforge_http_loop_answers_total");
+  const double handed_off = metric(*s, "kforge_http_handed_off_total");
+
+  const std::string post = "POST /kernels HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string get_artifact = "GET " + artifact + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string healthz = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";  // never a loop's
+  const std::string head = "HEAD " + artifact + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  RawConnection c(*s);
+  ASSERT_TRUE(c.connected());
+  c.send(post + get_artifact + healthz + head + post + healthz + get_artifact);  // one write
+  auto p1 = c.read_answer();
+  ASSERT_EQ(p1.status, 200) << p1.head;
+  EXPECT_EQ(nlohmann::json::parse(p1.body)["cache"], "hit");
+  EXPECT_EQ(nlohmann::json::parse(p1.body)["key"], key);
+  auto g1 = c.read_answer();
+  ASSERT_EQ(g1.status, 200);
+  EXPECT_EQ(core::sha256_hex(g1.body), sha);
+  EXPECT_NE(g1.head.find("ETag: \"" + sha + "\""), std::string::npos) << g1.head;
+  auto h1 = c.read_answer();
+  ASSERT_EQ(h1.status, 200);
+  EXPECT_NE(h1.body.find("ok"), std::string::npos) << h1.body;
+  auto hd = c.read_answer(/*head_request=*/true);
+  ASSERT_EQ(hd.status, 200);
+  EXPECT_NE(hd.head.find("Content-Length: " + std::to_string(g1.body.size())), std::string::npos) << hd.head;
+  auto p2 = c.read_answer();
+  ASSERT_EQ(p2.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(p2.body)["cache"], "hit");
+  EXPECT_EQ(c.read_answer().status, 200);  // healthz
+  auto g2 = c.read_answer();
+  ASSERT_EQ(g2.status, 200);
+  EXPECT_EQ(g2.body, g1.body);
+  // A head that arrives a byte at a time is still one request.
+  for (char ch : get_artifact) c.send(std::string(1, ch));
+  auto g3 = c.read_answer();
+  ASSERT_EQ(g3.status, 200);
+  EXPECT_EQ(g3.body, g1.body);
+  // Connection: close ends it after the answer.
+  c.send("GET " + artifact + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  auto g4 = c.read_answer();
+  ASSERT_EQ(g4.status, 200);
+  EXPECT_NE(g4.head.find("Connection: close"), std::string::npos) << g4.head;
+  EXPECT_TRUE(c.closed_within(5));
+
+  // A client that half-closes after its request still gets the answer.
+  RawConnection d(*s);
+  d.send(post);
+  d.shutdown_write();
+  auto p3 = d.read_answer();
+  ASSERT_EQ(p3.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(p3.body)["cache"], "hit");
+  EXPECT_TRUE(d.closed_within(5));
+
+  // Of these 11 requests (and the one reading the metrics), the hits were the loop's and
+  // the rest went to a worker: nothing answered twice, nothing lost.
+  EXPECT_EQ(metric(*s, "kforge_http_loop_answers_total") - on_loop, 8);
+  EXPECT_EQ(metric(*s, "kforge_http_handed_off_total") - handed_off, 2 + 2);  // healthz, and 2 metrics reads
+}
+
+// A client that stops halfway holds nothing for long: a partial head on a loop, a partial
+// body on a worker, each dropped after --read-timeout; the service answers others meanwhile.
+TEST_F(Service, StalledClientsAreDroppedAfterTheReadTimeout) {
+  auto s = start({"--read-timeout", "1"});
+  RawConnection head(*s), body(*s);
+  ASSERT_TRUE(head.connected() && body.connected());
+  head.send("GET /kernels/");
+  body.send("POST /render HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
+  EXPECT_EQ(get(*s, "/healthz").status, 200);
+  EXPECT_TRUE(head.closed_within(5));
+  EXPECT_TRUE(body.closed_within(5));
+  EXPECT_EQ(get(*s, "/healthz").status, 200);
+}
+
 TEST_F(Service, FullCacheFilesystemIsAClearErrorAndTheServiceStaysUp) {
   const fs::path mnt = scratch_.path() / "small";
   fs::create_directories(mnt);

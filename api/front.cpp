@@ -1,0 +1,640 @@
+#include "api/front.hpp"
+
+#include <httplib.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <unordered_map>
+
+namespace kforge::api {
+
+using Clock = std::chrono::steady_clock;
+
+struct EventFront::Conn {
+  int fd = -1;
+  Loop* home = nullptr;
+  std::string in;  // received, not yet consumed
+  std::string out;  // answers not yet sent
+  size_t out_off = 0;
+  Clock::time_point last = Clock::now();  // last progress either way
+  std::string peer_ip, local_ip;
+  int peer_port = 0, local_port = 0;
+  bool close_after_write = false;
+  bool peer_closed = false;  // the client sent EOF: answer what came, then close
+  uint32_t events = 0;       // what the loop's epoll waits for on it
+};
+
+struct EventFront::Loop {
+  int epfd = -1;
+  int wake_fd = -1;  // eventfd: inbox has connections, or stop
+  std::mutex inbox_mu;
+  std::vector<std::unique_ptr<Conn>> inbox;  // accepted, or given back by a worker
+  std::unordered_map<Conn*, std::unique_ptr<Conn>> conns;
+  std::thread thread;
+  bool listens = false;
+  Clock::time_point accept_paused_until{};
+  bool accept_registered = false;
+  ~Loop() {
+    for (auto& [p, c] : conns) ::close(c->fd);
+    for (auto& c : inbox) ::close(c->fd);
+    if (epfd >= 0) ::close(epfd);
+    if (wake_fd >= 0) ::close(wake_fd);
+  }
+};
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Parses "METHOD target HTTP/1.x\r\n(Name: value\r\n)*" (without the blank line). False on
+// anything it does not take as plainly valid: cpp-httplib then gets it, and answers it.
+bool parse_head(std::string_view head, FrontRequest& r) {
+  size_t eol = head.find("\r\n");
+  std::string_view line = head.substr(0, eol);
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = line.rfind(' ');
+  if (sp1 == std::string_view::npos || sp2 == sp1) return false;
+  r.method = line.substr(0, sp1);
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  r.version = line.substr(sp2 + 1);
+  if (r.version != "HTTP/1.1" && r.version != "HTTP/1.0") return false;
+  if (target.empty() || target.front() != '/' || target.find(' ') != std::string_view::npos) return false;
+  const size_t q = target.find('?');
+  r.path = target.substr(0, q);
+  r.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  r.headers.clear();
+  size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
+  while (pos < head.size()) {
+    size_t end = head.find("\r\n", pos);
+    if (end == std::string_view::npos) end = head.size();
+    std::string_view h = head.substr(pos, end - pos);
+    const size_t colon = h.find(':');
+    if (colon == std::string_view::npos || colon == 0) return false;
+    std::string_view name = h.substr(0, colon);
+    if (name.find_first_of(" \t") != std::string_view::npos) return false;
+    r.headers.emplace_back(name, trim(h.substr(colon + 1)));
+    pos = end + 2;
+  }
+  return true;
+}
+
+const char* status_text(int status) {
+  switch (status) {
+    case 200: return "OK";
+    case 304: return "Not Modified";
+    default: return "Unknown";  // the loop answers nothing else
+  }
+}
+
+std::string ip_of(const sockaddr_storage& a, int& port) {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (a.ss_family == AF_INET) {
+    const auto* s = reinterpret_cast<const sockaddr_in*>(&a);
+    ::inet_ntop(AF_INET, &s->sin_addr, buf, sizeof buf);
+    port = ntohs(s->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* s = reinterpret_cast<const sockaddr_in6*>(&a);
+    ::inet_ntop(AF_INET6, &s->sin6_addr, buf, sizeof buf);
+    port = ntohs(s->sin6_port);
+  }
+  return buf;
+}
+
+// Waits for `events` on fd up to timeout_s; false on timeout or error.
+bool wait_for(int fd, short events, int timeout_s) {
+  pollfd p{fd, events, 0};
+  while (true) {
+    const int n = ::poll(&p, 1, timeout_s * 1000);
+    if (n < 0 && errno == EINTR) continue;
+    return n > 0;
+  }
+}
+
+// A connection as cpp-httplib reads and writes it on a worker: first the bytes the loop
+// already received, then the socket. The answer's head is held back until its body's
+// first write, so that they go out in one send.
+class ConnStream final : public httplib::Stream {
+ public:
+  ConnStream(EventFront::Conn& c, std::string& out, int read_timeout_s, int write_timeout_s)
+      : in_(c.in), out_(out), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s),
+        peer_ip_(c.peer_ip), local_ip_(c.local_ip), peer_port_(c.peer_port), local_port_(c.local_port), fd_(c.fd) {}
+  bool is_readable() const override { return in_off_ < in_.size() || wait_for(fd_, POLLIN, read_timeout_s_); }
+  bool is_writable() const override { return !failed_; }
+  ssize_t read(char* ptr, size_t size) override {
+    if (in_off_ < in_.size()) {
+      const size_t n = std::min(size, in_.size() - in_off_);
+      std::memcpy(ptr, in_.data() + in_off_, n);
+      in_off_ += n;
+      return ssize_t(n);
+    }
+    while (true) {
+      if (!wait_for(fd_, POLLIN, read_timeout_s_)) return -1;
+      const ssize_t n = ::recv(fd_, ptr, size, 0);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      return n;
+    }
+  }
+  ssize_t write(const char* ptr, size_t size) override {
+    if (failed_) return -1;
+    const std::string_view s(ptr, size);
+    // The head goes out in one write: a `Connection: close` in it (set by a handler, or
+    // by httplib) ends the connection after this answer.
+    if (s.starts_with("HTTP/1.")) {
+      const size_t end = s.find("\r\n\r\n");
+      const std::string_view head = s.substr(0, end);
+      for (size_t p = head.find("\r\n"); p != std::string_view::npos; p = head.find("\r\n", p + 2)) {
+        const std::string_view line = head.substr(p + 2, head.find("\r\n", p + 2) - (p + 2));
+        if (iequals(line, "Connection: close")) close_ = true;
+      }
+    }
+    out_.append(s);
+    // A final head waits for the first piece of its body, so that a small answer leaves
+    // in one send; everything else goes at once: a streamed body (events, an export) is
+    // seen as it is written, and `100 Continue` before the client sends its body.
+    const bool final_head = s.starts_with("HTTP/1.") && !s.starts_with("HTTP/1.1 1");
+    if (!final_head && !flush()) return -1;
+    return ssize_t(size);
+  }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = peer_ip_;
+    port = peer_port_;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = local_ip_;
+    port = local_port_;
+  }
+  socket_t socket() const override { return fd_; }
+
+  bool flush() {
+    size_t off = 0;
+    while (off < out_.size() && !failed_) {
+      const ssize_t n = ::send(fd_, out_.data() + off, out_.size() - off, MSG_NOSIGNAL);
+      if (n > 0) {
+        off += size_t(n);
+      } else if (n < 0 && errno == EINTR) {
+      } else if (n < 0 && errno == EAGAIN) {
+        if (!wait_for(fd_, POLLOUT, write_timeout_s_)) failed_ = true;
+      } else {
+        failed_ = true;
+      }
+    }
+    out_.clear();
+    return !failed_;
+  }
+  bool close_requested() const { return close_ || failed_; }
+  // What was received and not read: the next pipelined request, for the loop.
+  std::string rest() const { return in_.substr(in_off_); }
+
+ private:
+  std::string& in_;
+  std::string& out_;
+  size_t in_off_ = 0;
+  int read_timeout_s_, write_timeout_s_;
+  const std::string& peer_ip_;
+  const std::string& local_ip_;
+  int peer_port_, local_port_;
+  int fd_;
+  bool failed_ = false, close_ = false;
+};
+
+}  // namespace
+
+std::string_view FrontRequest::header(std::string_view name) const {
+  for (const auto& [n, v] : headers)
+    if (iequals(n, name)) return v;
+  return {};
+}
+
+bool FrontRequest::has_header(std::string_view name) const {
+  for (const auto& [n, v] : headers)
+    if (iequals(n, name)) return true;
+  return false;
+}
+
+void append_response(std::string& out, const FrontRequest& req, int status,
+                     const std::vector<std::pair<std::string_view, std::string_view>>& headers,
+                     std::string_view body, int keep_alive_timeout_s) {
+  char line[64];
+  const int n = std::snprintf(line, sizeof line, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+  out.append(line, size_t(n));
+  for (const auto& [name, value] : headers) out.append(name).append(": ").append(value).append("\r\n");
+  if (req.keep_alive) {
+    const int k = std::snprintf(line, sizeof line, "Keep-Alive: timeout=%d, max=10000\r\n", keep_alive_timeout_s);
+    out.append(line, size_t(k));
+  } else {
+    out.append("Connection: close\r\n");
+  }
+  if (status != 304) {
+    char len[24];
+    const auto [end, ec] = std::to_chars(len, len + sizeof len, body.size());
+    out.append("Content-Length: ").append(len, end).append("\r\n");
+  }
+  out.append("\r\n");
+  if (req.method != "HEAD" && status != 304) out.append(body);
+}
+
+EventFront::EventFront(FrontConfig config, FrontHandler& handler) : config_(config), handler_(handler) {
+  if (config_.loops == 0) config_.loops = std::max(1u, std::thread::hardware_concurrency());
+  config_.workers = std::max<size_t>(1, config_.workers);
+  for (size_t i = 0; i < config_.loops; ++i) {
+    auto l = std::make_unique<Loop>();
+    l->epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    l->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;  // the wake descriptor
+    ::epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev);
+    l->listens = i == 0;
+    loops_.push_back(std::move(l));
+  }
+}
+
+EventFront::~EventFront() {
+  stop();
+  for (auto& w : workers_)
+    if (w.joinable()) w.join();
+  for (auto& l : loops_)
+    if (l->thread.joinable()) l->thread.join();
+  for (auto& c : work_) ::close(c->fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+core::Result<int> EventFront::bind(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0 || !res) {
+    return core::fail(core::ErrorKind::kInternal, "cannot resolve " + host);
+  }
+  int fd = -1;
+  for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (a->ai_family == AF_INET6) {
+      int no = 0;
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof no);
+    }
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) return core::fail(core::ErrorKind::kInternal, "cannot bind " + host + ":" + service);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int bound = 0;
+  ip_of(addr, bound);
+  listen_fd_ = fd;
+  return bound;
+}
+
+void EventFront::run() {
+  if (listen_fd_ >= 0) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = &listen_fd_;
+    ::epoll_ctl(loops_[0]->epfd, EPOLL_CTL_ADD, listen_fd_, &ev);
+    loops_[0]->accept_registered = true;
+  }
+  for (size_t i = 0; i < config_.workers; ++i) workers_.emplace_back([this] { worker_main(); });
+  for (size_t i = 1; i < loops_.size(); ++i) loops_[i]->thread = std::thread([this, i] { loop_main(*loops_[i]); });
+  if (!stopping_) loop_main(*loops_[0]);
+  for (size_t i = 1; i < loops_.size(); ++i) loops_[i]->thread.join();
+  {
+    std::lock_guard lock(work_mu_);
+    work_cv_.notify_all();
+  }
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+}
+
+void EventFront::stop() {
+  stopping_ = true;
+  for (auto& l : loops_) {
+    const uint64_t one = 1;
+    if (l->wake_fd >= 0) (void)!::write(l->wake_fd, &one, sizeof one);
+  }
+  std::lock_guard lock(work_mu_);
+  work_cv_.notify_all();
+}
+
+EventFront::Counts EventFront::counts() const { return {accepted_.load(), fast_.load(), handed_off_.load()}; }
+
+void EventFront::loop_main(Loop& loop) {
+  std::vector<epoll_event> events(256);
+  auto next_sweep = Clock::now() + std::chrono::seconds(1);
+  while (!stopping_) {
+    const int n = ::epoll_wait(loop.epfd, events.data(), int(events.size()), 200);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      void* p = events[i].data.ptr;
+      if (p == nullptr) {  // woken: adopt what the inbox holds
+        uint64_t v;
+        (void)!::read(loop.wake_fd, &v, sizeof v);
+        std::vector<std::unique_ptr<Conn>> got;
+        {
+          std::lock_guard lock(loop.inbox_mu);
+          got.swap(loop.inbox);
+        }
+        for (auto& c : got) adopt(loop, std::move(c));
+      } else if (p == &listen_fd_) {
+        accept_all(loop);
+      } else {
+        Conn* c = static_cast<Conn*>(p);
+        if (!loop.conns.contains(c)) continue;  // closed earlier in this batch
+        const uint32_t ev = events[i].events;
+        if (ev & EPOLLERR) {
+          close_conn(loop, c);
+          continue;
+        }
+        if ((ev & EPOLLOUT) && !flush(loop, c)) continue;
+        // A hang-up is read too: what arrived before it is still answered (or the read
+        // finds the end and closes).
+        if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) on_readable(loop, c);
+      }
+    }
+    const auto now = Clock::now();
+    if (loop.listens && !loop.accept_registered && now >= loop.accept_paused_until) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = &listen_fd_;
+      ::epoll_ctl(loop.epfd, EPOLL_CTL_ADD, listen_fd_, &ev);
+      loop.accept_registered = true;
+    }
+    if (now >= next_sweep) {
+      sweep(loop);
+      next_sweep = now + std::chrono::seconds(1);
+    }
+  }
+  for (auto& [p, c] : loop.conns) ::close(c->fd);
+  loop.conns.clear();
+}
+
+void EventFront::accept_all(Loop& loop) {
+  while (true) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: stop listening a moment instead of spinning on the event.
+        ::epoll_ctl(loop.epfd, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        loop.accept_registered = false;
+        loop.accept_paused_until = Clock::now() + std::chrono::milliseconds(100);
+      }
+      return;
+    }
+    int yes = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);  // no delayed-ACK stalls
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->peer_ip = ip_of(peer, c->peer_port);
+    sockaddr_storage local{};
+    socklen_t llen = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) c->local_ip = ip_of(local, c->local_port);
+    accepted_++;
+    Loop& home = *loops_[next_loop_++ % loops_.size()];
+    c->home = &home;
+    if (&home == &loop) {
+      adopt(loop, std::move(c));
+    } else {
+      {
+        std::lock_guard lock(home.inbox_mu);
+        home.inbox.push_back(std::move(c));
+      }
+      const uint64_t one = 1;
+      (void)!::write(home.wake_fd, &one, sizeof one);
+    }
+  }
+}
+
+void EventFront::adopt(Loop& loop, std::unique_ptr<Conn> c) {
+  if (stopping_) {
+    ::close(c->fd);
+    return;
+  }
+  Conn* p = c.get();
+  p->last = Clock::now();
+  p->events = EPOLLIN | EPOLLRDHUP;
+  epoll_event ev{};
+  ev.events = p->events;
+  ev.data.ptr = p;
+  if (::epoll_ctl(loop.epfd, EPOLL_CTL_ADD, p->fd, &ev) != 0) {
+    ::close(p->fd);
+    return;
+  }
+  loop.conns.emplace(p, std::move(c));
+  if (!p->in.empty()) process(loop, p);  // a pipelined request the worker did not read
+}
+
+void EventFront::on_readable(Loop& loop, Conn* c) {
+  char buf[64 << 10];
+  while (true) {
+    const ssize_t n = ::recv(c->fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      c->in.append(buf, size_t(n));
+      c->last = Clock::now();
+      if (size_t(n) < sizeof buf) break;
+      continue;
+    }
+    if (n == 0) {  // half-closed: what came is still answered
+      c->peer_closed = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) break;
+    close_conn(loop, c);  // reset: nobody reads an answer
+    return;
+  }
+  process(loop, c);
+}
+
+void EventFront::process(Loop& loop, Conn* c) {
+  FrontRequest r;
+  r.remote_addr = c->peer_ip;
+  size_t consumed = 0;
+  bool handoff = false;
+  while (!c->close_after_write) {
+    const std::string_view buf = std::string_view(c->in).substr(consumed);
+    if (buf.empty()) break;
+    const size_t head_end = buf.find("\r\n\r\n");
+    if (head_end == std::string_view::npos) {
+      if (buf.size() > config_.max_head) handoff = true;
+      break;
+    }
+    if (!parse_head(buf.substr(0, head_end), r) || r.version != "HTTP/1.1" ||
+        r.has_header("Transfer-Encoding") || r.has_header("Expect") || !handler_.fast_candidate(r)) {
+      handoff = true;
+      break;
+    }
+    size_t body_len = 0;
+    if (const auto cl = r.header("Content-Length"); !cl.empty()) {
+      const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), body_len);
+      if (ec != std::errc() || end != cl.data() + cl.size() || body_len > config_.max_fast_body) {
+        handoff = true;
+        break;
+      }
+    }
+    const size_t total = head_end + 4 + body_len;
+    if (buf.size() < total) break;  // the body is still coming
+    r.body = buf.substr(head_end + 4, body_len);
+    const auto conn = r.header("Connection");
+    r.keep_alive = !iequals(conn, "close");
+    const size_t before = c->out.size();
+    if (!handler_.answer_fast(r, c->out)) {
+      c->out.resize(before);
+      handoff = true;
+      break;
+    }
+    fast_++;
+    consumed += total;
+    if (!r.keep_alive) c->close_after_write = true;
+  }
+  if (consumed) c->in.erase(0, consumed);
+  if (handoff) return hand_off(loop, c);
+  if (c->peer_closed) c->close_after_write = true;
+  flush(loop, c);
+}
+
+bool EventFront::flush(Loop& loop, Conn* c) {
+  while (c->out_off < c->out.size()) {
+    const ssize_t n = ::send(c->fd, c->out.data() + c->out_off, c->out.size() - c->out_off, MSG_NOSIGNAL);
+    if (n > 0) {
+      c->out_off += size_t(n);
+      c->last = Clock::now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      watch(loop, c, true);
+      return true;
+    }
+    close_conn(loop, c);
+    return false;
+  }
+  c->out.clear();
+  c->out_off = 0;
+  watch(loop, c, false);
+  if (c->close_after_write) {
+    close_conn(loop, c);
+    return false;
+  }
+  return true;
+}
+
+void EventFront::watch(Loop& loop, Conn* c, bool write) {
+  // After the client's EOF the descriptor stays readable: only writability is waited for.
+  const uint32_t events = (c->peer_closed ? 0u : uint32_t(EPOLLIN | EPOLLRDHUP)) | (write ? uint32_t(EPOLLOUT) : 0u);
+  if (events == c->events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.ptr = c;
+  ::epoll_ctl(loop.epfd, EPOLL_CTL_MOD, c->fd, &ev);
+  c->events = events;
+}
+
+void EventFront::close_conn(Loop& loop, Conn* c) {
+  ::epoll_ctl(loop.epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+  ::close(c->fd);
+  loop.conns.erase(c);
+}
+
+void EventFront::hand_off(Loop& loop, Conn* c) {
+  ::epoll_ctl(loop.epfd, EPOLL_CTL_DEL, c->fd, nullptr);
+  auto node = loop.conns.extract(c);
+  handed_off_++;
+  {
+    std::lock_guard lock(work_mu_);
+    work_.push_back(std::move(node.mapped()));
+  }
+  work_cv_.notify_one();
+}
+
+void EventFront::sweep(Loop& loop) {
+  const auto now = Clock::now();
+  std::vector<Conn*> expired;
+  for (auto& [p, c] : loop.conns) {
+    // A partial request or an unread answer has the read (write) timeout; an idle
+    // keep-alive connection the keep-alive timeout.
+    const int limit = c->out_off < c->out.size() ? config_.write_timeout_s
+                      : !c->in.empty()          ? config_.read_timeout_s
+                                                : config_.keep_alive_timeout_s;
+    if (now - c->last > std::chrono::seconds(limit)) expired.push_back(p);
+  }
+  for (Conn* p : expired) close_conn(loop, p);
+}
+
+void EventFront::worker_main() {
+  while (true) {
+    std::unique_ptr<Conn> c;
+    {
+      std::unique_lock lock(work_mu_);
+      work_cv_.wait(lock, [this] { return stopping_ || !work_.empty(); });
+      if (work_.empty()) return;  // stopping, nothing left
+      c = std::move(work_.front());
+      work_.pop_front();
+    }
+    if (stopping_) {
+      ::close(c->fd);
+      continue;
+    }
+    std::string out = std::move(c->out);
+    out.erase(0, c->out_off);  // answers the loop had not sent yet go first
+    c->out.clear();
+    c->out_off = 0;
+    ConnStream s(*c, out, config_.read_timeout_s, config_.write_timeout_s);
+    bool keep = s.flush();
+    if (keep) keep = handler_.serve(s);
+    keep = s.flush() && keep && !s.close_requested() && !stopping_;
+    if (!keep) {
+      ::close(c->fd);
+      continue;
+    }
+    c->in = s.rest();
+    give_back(std::move(c));
+  }
+}
+
+void EventFront::give_back(std::unique_ptr<Conn> c) {
+  Loop& home = *c->home;
+  {
+    std::lock_guard lock(home.inbox_mu);
+    home.inbox.push_back(std::move(c));
+  }
+  const uint64_t one = 1;
+  (void)!::write(home.wake_fd, &one, sizeof one);
+}
+
+}  // namespace kforge::api
