@@ -258,7 +258,14 @@ void append_response(std::string& out, const FrontRequest& req, int status,
 }
 
 EventFront::EventFront(FrontConfig config, FrontHandler& handler) : config_(config), handler_(handler) {
-  if (config_.loops == 0) config_.loops = std::max(1u, std::thread::hardware_concurrency());
+  if (config_.loops == 0) {
+    // More loops than cores: the host also runs compilers (and, in a benchmark, the load
+    // generator), and a loop that is preempted stalls only its own share of connections.
+    // On 2 cores, 8 loops held the p99 of a hit at 64 connections to 2-3 ms where 2 loops
+    // gave 7-11 ms (docs/BENCHMARKS.md).
+    const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+    config_.loops = std::min<size_t>(4 * cores, std::max<size_t>(cores, 32));
+  }
   config_.workers = std::max<size_t>(1, config_.workers);
   for (size_t i = 0; i < config_.loops; ++i) {
     auto l = std::make_unique<Loop>();

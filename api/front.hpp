@@ -68,7 +68,7 @@ class FrontHandler {
 };
 
 struct FrontConfig {
-  size_t loops = 0;    // event loops (0: one per core)
+  size_t loops = 0;    // event loops (0: 4 per core, at most max(cores, 32))
   size_t workers = 64;  // requests served at once off the loops (builds wait on these)
   int read_timeout_s = 30;   // a partial request that stalls this long is dropped
   int write_timeout_s = 30;  // ... and an answer the client does not read

@@ -64,7 +64,7 @@ struct ServerConfig {
   int read_timeout_s = 30;        // a client that sends nothing for this long is dropped
   int write_timeout_s = 30;       // ... or reads nothing
   size_t http_threads = 64;       // requests served at once off the event loops (HTTPS: connections)
-  size_t http_loops = 0;          // event loops of the plain-HTTP front (0: one per core)
+  size_t http_loops = 0;          // event loops of the plain-HTTP front (0: 4 per core, up to 32)
   uint64_t cache_max_bytes = 0;   // 0: unbounded
   std::string tls_cert, tls_key;  // both set: HTTPS
   std::filesystem::path web_dir;  // serve the status page from here instead of the binary
@@ -162,8 +162,8 @@ class Server : private FrontHandler {
   bool answer_fast(const FrontRequest& req, std::string& out) override;
   bool serve(httplib::Stream& stream) override;
   // A hit's answer body: the kernel's view as bytes made once per verified manifest, with
-  // this request's phases_ms appended.
-  std::string hit_body(const std::shared_ptr<const nlohmann::json>& manifest, const nlohmann::json& phases_ms);
+  // this request's phases_ms (a JSON object's text) appended.
+  std::string hit_body(const std::shared_ptr<const nlohmann::json>& manifest, std::string_view phases);
   // A hit's answer: the kernel's view as bytes made once per verified manifest, with this
   // request's phases_ms appended.
   void send_hit(httplib::Response& res, const std::shared_ptr<const nlohmann::json>& manifest,

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -62,11 +63,18 @@ Result<void> fsync_path(const fs::path& path) {
 }
 
 std::string unique_suffix() {
+  // Formatted by hand: the service makes one per request that brings no X-Request-Id.
   static std::atomic<unsigned long> counter{0};
-  std::ostringstream ss;
-  ss << ::getpid() << '.' << std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000
-     << '.' << counter.fetch_add(1);
-  return ss.str();
+  static const unsigned long pid = static_cast<unsigned long>(::getpid());
+  const unsigned long parts[] = {pid, std::hash<std::thread::id>{}(std::this_thread::get_id()) % 100000,
+                                 counter.fetch_add(1)};
+  char buf[64];
+  char* p = buf;
+  for (unsigned long part : parts) {
+    if (p != buf) *p++ = '.';
+    p = std::to_chars(p, buf + sizeof buf, part).ptr;
+  }
+  return std::string(buf, p);
 }
 
 Result<void> write_file_atomic(const fs::path& path, std::string_view data) {

@@ -130,7 +130,7 @@ constexpr SettingSpec kServeSettings[] = {
     {"read-timeout", "30", "drop a client that sends nothing for this long, s"},
     {"write-timeout", "30", "drop a client that reads nothing for this long, s"},
     {"http-threads", "64", "requests served at once off the event loops (HTTPS: connections)"},
-    {"http-loops", "0", "event loops that own the connections and answer hits (0: one per core; plain HTTP)"},
+    {"http-loops", "0", "event loops that own the connections and answer hits (0: 4 per core, at most max(cores, 32); plain HTTP)"},
     {"job-history", "512", "finished jobs kept for /jobs"},
     {"web-dir", "", "serve the status page's own files from this directory (development)"},
     {"accel-redirect", "", "URI prefix of an nginx `internal` location that serves the cache root: downloads "

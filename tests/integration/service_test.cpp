@@ -421,6 +421,8 @@ TEST_F(Service, AFlippedByteIsNeverServedAfterTheVerificationIsMemoised) {
   ASSERT_EQ(good.status, 200);
   ASSERT_EQ(core::sha256_hex(good.raw), a.body["artifact"]["sha256"]);
   ASSERT_EQ(get(*s, url).raw, good.raw) << "served from the memo";
+  // ... by the event front's loop, from memory: the path whose bytes the flip must not reach.
+  ASSERT_EQ(metric(*s, "kforge_http_loop_answers_total"), 1);
   {
     std::fstream f(scratch_.path() / "cache" / "v1" / "objects" / key.substr(0, 2) / key / "kernel.so",
                    std::ios::in | std::ios::out | std::ios::binary);
