@@ -1,4 +1,5 @@
 // Kernel routes: POST /kernels, /autotune, /render; GET /kernels/{key}[/...], /templates.
+#include <charconv>
 #include <chrono>
 
 #include "api/http_util.hpp"
@@ -239,9 +240,10 @@ bool Server::answer_fast(const FrontRequest& r, std::string& out) {
     if (!hit) return false;
     metrics_.cache_outcome("hit");
     hits_.record("POST /kernels", client, (*hit)["key"].get<std::string>());
-    char phases[64];
-    const int n = std::snprintf(phases, sizeof phases, "{\"lookup\":%.4f}", ms_since(t0));
-    const std::string body = hit_body(hit, std::string_view(phases, size_t(n)));
+    char phases[64] = "{\"lookup\":";
+    char* end = std::to_chars(phases + 10, phases + sizeof phases - 1, ms_since(t0), std::chars_format::fixed, 4).ptr;
+    *end++ = '}';
+    const std::string body = hit_body(hit, std::string_view(phases, size_t(end - phases)));
     append_response(out, r, 200, {{"Content-Type", kJson}, {"X-Request-Id", rid}}, body, kKeepAliveSeconds);
     route = "/kernels";
     bytes = body.size();

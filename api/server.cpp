@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -279,7 +280,10 @@ void Server::access_log(const std::string& request_id, std::string_view method, 
   std::string line;
   line.reserve(160 + path.size());
   char num[64];
-  line.append("{\"ts\":").append(num, size_t(std::snprintf(num, sizeof num, "%.6f", unix_now())));
+  auto fixed = [&](double v, int digits) {  // to_chars: no locale, no printf per request
+    return std::string_view(num, std::to_chars(num, num + sizeof num, v, std::chars_format::fixed, digits).ptr);
+  };
+  line.append("{\"ts\":").append(fixed(unix_now(), 6));
   line.append(",\"event\":\"access\",\"request_id\":");
   append_json_string(line, request_id);
   line.append(",\"method\":");
@@ -289,7 +293,7 @@ void Server::access_log(const std::string& request_id, std::string_view method, 
   line.append(",\"route\":");
   append_json_string(line, route);
   line.append(",\"status\":").append(std::to_string(status));
-  line.append(",\"ms\":").append(num, size_t(std::snprintf(num, sizeof num, "%.3f", ms)));
+  line.append(",\"ms\":").append(fixed(ms, 3));
   line.append(",\"bytes\":").append(std::to_string(bytes));
   line.append(",\"client\":");
   append_json_string(line, client);
