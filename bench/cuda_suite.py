@@ -13,7 +13,7 @@ Shapes (issue 15): square 1024..8192; LLM projections, M in {1, 16, 128, 2048, 8
 products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias + gelu epilogue.
 --quick keeps one dtype, layout NN and no epilogue.
 
-Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--quick] [--only 4096x4096x4096,...]
+Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
                            [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias_gelu]
                            [--groups square,llm,bmm] [--budget-ms 100] [--jobs 16]
 """
@@ -121,6 +121,8 @@ def main():
     ap.add_argument("--budget-ms", type=float, default=100)
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="requests in flight (compiles run in parallel)")
+    ap.add_argument("--warm", action="store_true",
+                    help="after the cold pass, send every case again, one at a time, and print each warm wall time")
     args = ap.parse_args()
     if args.quick:
         args.dtypes, args.layouts, args.epilogue = "float16", "nn", "none"
@@ -196,6 +198,17 @@ def main():
                       flush=True)
             elif bench.get("phases_ms"):
                 print(f"{'':>42}runner phases (ms): {json.dumps({k: round(v, 1) for k, v in bench['phases_ms'].items()})}", flush=True)
+        if args.warm:
+            # The same requests again: the service answers from its cache (an autotune's
+            # ranking, a kernel's entry), each timed alone from the client's side.
+            walls = []
+            for c in cases:
+                j, wall = post(url, path, dict(request(*c, args.budget_ms), **({"choices": "default"} if args.autotune else {})))
+                walls.append(wall)
+                print(f"warm {c[1]} {c[2].upper()} {'x'.join(map(str, c[0]))}: {wall * 1000:.1f} ms, cache {j.get('cache')}",
+                      flush=True)
+            walls.sort()
+            print(f"# warm: {len(walls)} requests, median {walls[len(walls) // 2] * 1000:.1f} ms, max {walls[-1] * 1000:.1f} ms")
         ratios = [r[4] for r in rows if r[4] == r[4] and r[4] > 0]
         print()
         print(f"# {len(rows)} of {len(cases)} cases timed in {total:.0f} s; "

@@ -135,6 +135,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   auto ref_dir = store_.make_staging();
   if (!ref_dir) return std::unexpected(ref_dir.error());
   run_opts.reference_outputs = (*ref_dir / "reference.bin").string();
+  run_opts.saved_inputs = (*ref_dir / "inputs.bin").string();  // every choice gets the same inputs
   RemoveOnExit remove_ref{*ref_dir};
   // Every kernel benchmarked here stays in the cache until the ranking is done (eviction
   // after another build would otherwise take it from under its benchmark).

@@ -151,6 +151,7 @@ json Bencher::run_runner(Backend b, const json& request, const std::vector<std::
     spec.readable.push_back(fs::path(r.value("artifact", "")).parent_path());
     if (r.contains("outputs_file")) spec.writable.push_back(fs::path(r.value("outputs_file", "")).parent_path());
   }
+  if (request.contains("inputs_file")) spec.writable.push_back(fs::path(request.value("inputs_file", "")).parent_path());
   for (const char* pass : {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LD_LIBRARY_PATH"}) {
     if (const char* v = std::getenv(pass)) spec.env.push_back(std::string(pass) + "=" + v);
   }
@@ -242,6 +243,7 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
                         {"abi", (*reference)["abi"]}};
     if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
   }
+  if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
   if (o.vendor) {
     if (auto v = vendor_request(manifest)) req["vendor"] = *v;
   }

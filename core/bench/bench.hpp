@@ -35,6 +35,7 @@ struct BenchOptions {
   nlohmann::json output;      // source mode: TensorMeta bound to the written tensor arg
   nlohmann::json extra_args;  // source mode: values of the scalar args in order
   std::string reference_outputs;  // where the runner may save/reuse the reference's outputs
+  std::string saved_inputs;       // ... and the seeded inputs (checked against seed and tensors)
   std::vector<std::string> runner_env;  // this run's NAME=value entries (see vendor_env)
   static BenchOptions from_json(const nlohmann::json& j);  // j was validated by the request parser
 };
