@@ -139,7 +139,9 @@ def main():
     os.chmod(work, 0o755)  # the sandbox uid must reach the cache
     log_path = os.path.join(work, "server.log")
     proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache"),
-                             "--compile-jobs", str(args.jobs), "--max-queue", str(4 * len(cases) + 16)],
+                             "--compile-jobs", str(args.jobs),
+                             # an autotune queues a compile per choice (the default search: up to 16)
+                             "--max-queue", str((16 if args.autotune else 4) * len(cases) + 16)],
                             stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True)
     url = proc.stdout.readline().split()[-1]
     try:
