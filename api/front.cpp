@@ -142,7 +142,11 @@ class ConnStream final : public httplib::Stream {
   ConnStream(EventFront::Conn& c, std::string& out, int read_timeout_s, int write_timeout_s)
       : in_(c.in), out_(out), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s),
         peer_ip_(c.peer_ip), local_ip_(c.local_ip), peer_port_(c.peer_port), local_port_(c.local_port), fd_(c.fd) {}
-  bool is_readable() const override { return in_off_ < in_.size() || wait_for(fd_, POLLIN, read_timeout_s_); }
+  bool is_readable() const override {
+    if (in_off_ < in_.size() || wait_for(fd_, POLLIN, read_timeout_s_)) return true;
+    broken_ = true;
+    return false;
+  }
   bool is_writable() const override { return !failed_; }
   ssize_t read(char* ptr, size_t size) override {
     if (in_off_ < in_.size()) {
@@ -152,9 +156,15 @@ class ConnStream final : public httplib::Stream {
       return ssize_t(n);
     }
     while (true) {
-      if (!wait_for(fd_, POLLIN, read_timeout_s_)) return -1;
+      // A read that times out, fails or meets the end leaves the request unread in part:
+      // what follows on the connection is no request boundary, so it is closed afterwards.
+      if (!wait_for(fd_, POLLIN, read_timeout_s_)) {
+        broken_ = true;
+        return -1;
+      }
       const ssize_t n = ::recv(fd_, ptr, size, 0);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n <= 0) broken_ = true;
       return n;
     }
   }
@@ -205,7 +215,7 @@ class ConnStream final : public httplib::Stream {
     out_.clear();
     return !failed_;
   }
-  bool close_requested() const { return close_ || failed_; }
+  bool close_requested() const { return close_ || failed_ || broken_; }
   // What was received and not read: the next pipelined request, for the loop.
   std::string rest() const { return in_.substr(in_off_); }
 
@@ -219,6 +229,7 @@ class ConnStream final : public httplib::Stream {
   int peer_port_, local_port_;
   int fd_;
   bool failed_ = false, close_ = false;
+  mutable bool broken_ = false;
 };
 
 }  // namespace
