@@ -23,6 +23,9 @@ namespace kforge::api {
 
 using Clock = std::chrono::steady_clock;
 
+// Answers a connection may have waiting to be sent before its requests are left unread.
+constexpr size_t kMaxUnsent = 4 << 20;
+
 struct EventFront::Conn {
   int fd = -1;
   Loop* home = nullptr;
@@ -396,10 +399,15 @@ void EventFront::loop_main(Loop& loop) {
           close_conn(loop, c);
           continue;
         }
-        if ((ev & EPOLLOUT) && !flush(loop, c)) continue;
+        const bool readable = ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP);
+        if (ev & EPOLLOUT) {
+          if (!flush(loop, c)) continue;
+          // Requests left unread while their answers waited are answered now.
+          if (!readable && !c->in.empty()) process(loop, c);
+        }
         // A hang-up is read too: what arrived before it is still answered (or the read
         // finds the end and closes).
-        if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) on_readable(loop, c);
+        if (readable) on_readable(loop, c);
       }
     }
     const auto now = Clock::now();
@@ -502,48 +510,55 @@ void EventFront::on_readable(Loop& loop, Conn* c) {
 void EventFront::process(Loop& loop, Conn* c) {
   FrontRequest r;
   r.remote_addr = c->peer_ip;
-  size_t consumed = 0;
-  bool handoff = false;
-  while (!c->close_after_write) {
-    const std::string_view buf = std::string_view(c->in).substr(consumed);
-    if (buf.empty()) break;
-    const size_t head_end = buf.find("\r\n\r\n");
-    if (head_end == std::string_view::npos) {
-      if (buf.size() > config_.max_head) handoff = true;
-      break;
-    }
-    if (!parse_head(buf.substr(0, head_end), r) || r.version != "HTTP/1.1" ||
-        r.has_header("Transfer-Encoding") || r.has_header("Expect") || !handler_.fast_candidate(r)) {
-      handoff = true;
-      break;
-    }
-    size_t body_len = 0;
-    if (const auto cl = r.header("Content-Length"); !cl.empty()) {
-      const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), body_len);
-      if (ec != std::errc() || end != cl.data() + cl.size() || body_len > config_.max_fast_body) {
+  // Rounds: answer what is buffered until the unsent answers pass kMaxUnsent, send, and go
+  // on if that emptied them (no event would come for requests already read).
+  while (true) {
+    size_t consumed = 0;
+    bool handoff = false, backlog = false;
+    while (!c->close_after_write) {
+      if (c->out.size() - c->out_off > kMaxUnsent) {
+        backlog = true;
+        break;
+      }
+      const std::string_view buf = std::string_view(c->in).substr(consumed);
+      if (buf.empty()) break;
+      const size_t head_end = buf.find("\r\n\r\n");
+      if (head_end == std::string_view::npos) {
+        if (buf.size() > config_.max_head) handoff = true;
+        break;
+      }
+      if (!parse_head(buf.substr(0, head_end), r) || r.version != "HTTP/1.1" ||
+          r.has_header("Transfer-Encoding") || r.has_header("Expect") || !handler_.fast_candidate(r)) {
         handoff = true;
         break;
       }
+      size_t body_len = 0;
+      if (const auto cl = r.header("Content-Length"); !cl.empty()) {
+        const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), body_len);
+        if (ec != std::errc() || end != cl.data() + cl.size() || body_len > config_.max_fast_body) {
+          handoff = true;
+          break;
+        }
+      }
+      const size_t total = head_end + 4 + body_len;
+      if (buf.size() < total) break;  // the body is still coming
+      r.body = buf.substr(head_end + 4, body_len);
+      r.keep_alive = !iequals(r.header("Connection"), "close");
+      const size_t before = c->out.size();
+      if (!handler_.answer_fast(r, c->out)) {
+        c->out.resize(before);
+        handoff = true;
+        break;
+      }
+      fast_++;
+      consumed += total;
+      if (!r.keep_alive) c->close_after_write = true;
     }
-    const size_t total = head_end + 4 + body_len;
-    if (buf.size() < total) break;  // the body is still coming
-    r.body = buf.substr(head_end + 4, body_len);
-    const auto conn = r.header("Connection");
-    r.keep_alive = !iequals(conn, "close");
-    const size_t before = c->out.size();
-    if (!handler_.answer_fast(r, c->out)) {
-      c->out.resize(before);
-      handoff = true;
-      break;
-    }
-    fast_++;
-    consumed += total;
-    if (!r.keep_alive) c->close_after_write = true;
+    if (consumed) c->in.erase(0, consumed);
+    if (handoff) return hand_off(loop, c);
+    if (c->peer_closed && !backlog) c->close_after_write = true;
+    if (!flush(loop, c) || !backlog || c->out_off < c->out.size()) return;
   }
-  if (consumed) c->in.erase(0, consumed);
-  if (handoff) return hand_off(loop, c);
-  if (c->peer_closed) c->close_after_write = true;
-  flush(loop, c);
 }
 
 bool EventFront::flush(Loop& loop, Conn* c) {
@@ -574,7 +589,10 @@ bool EventFront::flush(Loop& loop, Conn* c) {
 
 void EventFront::watch(Loop& loop, Conn* c, bool write) {
   // After the client's EOF the descriptor stays readable: only writability is waited for.
-  const uint32_t events = (c->peer_closed ? 0u : uint32_t(EPOLLIN | EPOLLRDHUP)) | (write ? uint32_t(EPOLLOUT) : 0u);
+  // A client that sends requests and does not read the answers is not read from either
+  // while kMaxUnsent of them wait (then the write timeout drops it).
+  const bool read = !c->peer_closed && c->out.size() - c->out_off <= kMaxUnsent;
+  const uint32_t events = (read ? uint32_t(EPOLLIN | EPOLLRDHUP) : 0u) | (write ? uint32_t(EPOLLOUT) : 0u);
   if (events == c->events) return;
   epoll_event ev{};
   ev.events = events;
