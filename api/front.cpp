@@ -352,6 +352,12 @@ void EventFront::run() {
   for (size_t i = 1; i < loops_.size(); ++i) loops_[i]->thread = std::thread([this, i] { loop_main(*loops_[i]); });
   if (!stopping_) loop_main(*loops_[0]);
   for (size_t i = 1; i < loops_.size(); ++i) loops_[i]->thread.join();
+  // Stopped: new connections are refused (a proxy in front tries another instance) while
+  // the workers finish the requests they hold.
+  if (listen_fd_ >= 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
   {
     std::lock_guard lock(work_mu_);
     work_cv_.notify_all();
