@@ -86,9 +86,7 @@ bool parse_head(std::string_view head, FrontRequest& r) {
   r.version = line.substr(sp2 + 1);
   if (r.version != "HTTP/1.1" && r.version != "HTTP/1.0") return false;
   if (target.empty() || target.front() != '/' || target.find(' ') != std::string_view::npos) return false;
-  const size_t q = target.find('?');
-  r.path = target.substr(0, q);
-  r.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  r.path = target.substr(0, target.find('?'));  // no route answered on a loop takes a query
   r.headers.clear();
   size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
   while (pos < head.size()) {

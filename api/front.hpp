@@ -36,7 +36,7 @@ namespace kforge::api {
 // One request as the front parsed it: views into the connection's buffer, valid during
 // the call that receives it.
 struct FrontRequest {
-  std::string_view method, path, query, version;
+  std::string_view method, path, version;  // path: the target without its query
   std::vector<std::pair<std::string_view, std::string_view>> headers;
   std::string_view body;
   std::string_view remote_addr;

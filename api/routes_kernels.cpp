@@ -258,31 +258,27 @@ bool Server::answer_fast(const FrontRequest& r, std::string& out) {
       status = 304;
       append_response(out, r, 304, {{"ETag", d->etag}, {"Cache-Control", kImmutable}, {"X-Request-Id", rid}}, {},
                       kKeepAliveSeconds);
-    } else if (!config_.accel_redirect.empty()) {
-      // nginx sends the file: the entry checked unchanged since it was verified, as the
-      // route does (a memo not looked at for 100 ms costs a stat per file).
-      if (!svc_.store.lookup(key)) return false;
-      const std::string target = config_.accel_redirect + "/" + svc_.store.relative_path(key, d->file);
-      append_response(out, r, 200,
-                      {{"Content-Type", d->type},
-                       {"ETag", d->etag},
-                       {"Cache-Control", kImmutable},
-                       {"Content-Disposition", d->disposition},
-                       {"X-Accel-Redirect", target},
-                       {"X-Request-Id", rid}},
-                      {}, kKeepAliveSeconds);
     } else {
-      // The verified bytes, still the file's (one stat): never bytes that changed on disk.
-      const auto data = svc_.store.read_hot(key, d->file);
-      if (!data) return false;
-      append_response(out, r, 200,
-                      {{"Content-Type", d->type},
-                       {"ETag", d->etag},
-                       {"Cache-Control", kImmutable},
-                       {"Content-Disposition", d->disposition},
-                       {"X-Request-Id", rid}},
-                      *data, kKeepAliveSeconds);
-      bytes = data->size();
+      std::vector<std::pair<std::string_view, std::string_view>> headers = {{"Content-Type", d->type},
+                                                                            {"ETag", d->etag},
+                                                                            {"Cache-Control", kImmutable},
+                                                                            {"Content-Disposition", d->disposition},
+                                                                            {"X-Request-Id", rid}};
+      std::shared_ptr<const std::string> data;
+      std::string target;
+      if (!config_.accel_redirect.empty()) {
+        // nginx sends the file: the entry checked unchanged since it was verified, as the
+        // route does (a memo not looked at for 100 ms costs a stat per file).
+        if (!svc_.store.lookup(key)) return false;
+        target = config_.accel_redirect + "/" + svc_.store.relative_path(key, d->file);
+        headers.emplace_back("X-Accel-Redirect", target);
+      } else {
+        // The verified bytes, still the file's (one stat): never bytes that changed on disk.
+        data = svc_.store.read_hot(key, d->file);
+        if (!data) return false;
+        bytes = data->size();
+      }
+      append_response(out, r, 200, headers, data ? std::string_view(*data) : std::string_view(), kKeepAliveSeconds);
     }
     route = std::string("/kernels/{key}/") + std::string(what);
     hits_.record(std::string("GET ") + route, client, key);

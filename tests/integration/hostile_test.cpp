@@ -2,12 +2,10 @@
 // 5xx, a fork bomb stops at RLIMIT_NPROC, a kernel cannot pass its own printing off as the
 // runner's result, no size or offset wraps past the storage limit, a lying Content-Length
 // is answered at once, and a seeded mutation run over every route's request schema.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -20,39 +18,14 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-int port_of(const ServerProcess& s) { return std::stoi(s.url().substr(s.url().rfind(':') + 1)); }
-
-// Sends `request` as is (any bytes, no client-side encoding) and reads until the server
-// closes or `timeout_s` passes. Returns the status (0: none) and the body.
+// Sends `request` as is (any bytes, no client-side encoding) and reads one answer, waiting
+// up to `timeout_s` for each piece. Returns the status (0: no whole answer) and the body.
 std::pair<int, std::string> raw_http(const ServerProcess& s, const std::string& request, int timeout_s = 20) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port_of(s)));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{timeout_s, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return {0, ""};
-  }
-  (void)!::write(fd, request.data(), request.size());
-  std::string in;
-  char buf[4096];
-  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
-    in.append(buf, static_cast<size_t>(n));
-    // One answer is enough: stop at the end of its body.
-    const auto head_end = in.find("\r\n\r\n");
-    const auto cl = in.find("Content-Length: ");
-    if (head_end != std::string::npos && cl != std::string::npos && cl < head_end) {
-      const size_t len = std::stoul(in.substr(cl + 16));
-      if (in.size() >= head_end + 4 + len) break;
-    }
-  }
-  ::close(fd);
-  if (!in.starts_with("HTTP/1.1 ")) return {0, in};
-  const auto head_end = in.find("\r\n\r\n");
-  return {std::stoi(in.substr(9, 3)), head_end == std::string::npos ? "" : in.substr(head_end + 4)};
+  RawConnection c(s);
+  if (!c.connected()) return {0, ""};
+  c.send(request);
+  auto a = c.read_answer(false, timeout_s);
+  return {std::max(a.status, 0), a.body};
 }
 
 // A strict parse: throws on bytes that are not UTF-8, unlike Reply::body.

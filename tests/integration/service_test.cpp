@@ -480,6 +480,18 @@ TEST_F(Service, AccelRedirectHandsDownloadsToTheProxy) {
   auto bytes = core::read_file(scratch_.path() / "cache" / target.substr(std::string("/kforge-cache/").size()));
   ASSERT_TRUE(bytes);
   EXPECT_EQ(core::sha256_hex(*bytes), a.body["artifact"]["sha256"]) << "the file it names is the artifact";
+  // Once the entry is verified in memory (files younger than a second are not memoised)
+  // the event front's loop answers it the same way.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  ASSERT_EQ(c.Get("/kernels/" + key)->status, 200);  // verified now, and memoised
+  const double on_loop = metric(*s, "kforge_http_loop_answers_total");
+  auto again = c.Get("/kernels/" + key + "/artifact");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  EXPECT_TRUE(again->body.empty());
+  EXPECT_EQ(again->get_header_value("X-Accel-Redirect"), target);
+  EXPECT_EQ(again->get_header_value("ETag"), so->get_header_value("ETag"));
+  EXPECT_EQ(metric(*s, "kforge_http_loop_answers_total"), on_loop + 1);
   auto src = c.Get("/kernels/" + key + "/source");
   ASSERT_TRUE(src);
   EXPECT_EQ(src->status, 200);
