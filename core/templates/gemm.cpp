@@ -99,8 +99,11 @@ void check_cpu(const TemplateRequest& r, Problems& p) {
 }
 
 // The shared memory the Hopper kernel asks for: the stages, 1 KiB to align them for the
-// 128-byte swizzle, and two mbarriers per stage.
-int64_t wgmma_smem_bytes(int bm, int bn, int stages) { return int64_t(stages) * (bm + bn) * 64 * 2 + 1024 + 16 * stages; }
+// 128-byte swizzle, two mbarriers per stage (rounded to 128 bytes) and each consumer warp's
+// 2 KiB epilogue buffer.
+int64_t wgmma_smem_bytes(int bm, int bn, int stages, int consumers) {
+  return int64_t(stages) * (bm + bn) * 64 * 2 + 1024 + (16 * stages + 127) / 128 * 128 + consumers * 4 * 2048;
+}
 
 std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch"; }
 
@@ -127,15 +130,32 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
     }
   }
   if (stages < 2) p.add("/params/stages", "the TMA pipeline needs at least 2 stages");
-  const int64_t smem = wgmma_smem_bytes(bm, bn, stages);
+  const int64_t smem = wgmma_smem_bytes(bm, bn, stages, warps == 8 ? 1 : 2);
   if (smem > cuda_smem_limit("sm_90a")) {
     p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x64 tiles need " + std::to_string(smem) +
                                 " bytes of shared memory; sm_90a has " + std::to_string(cuda_smem_limit("sm_90a")));
+  }
+  const int64_t slices = (g.K + 63) / 64;
+  if (const int split_k = q["split_k"]; split_k > slices) {
+    p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
+                                 " slices of 64) into parts with nothing to do: it must be at most " + std::to_string(slices));
   }
   for (int i = 0; i < 2; ++i) {
     std::string why;
     if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(i) + "/strides", std::string(i ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
   }
+}
+
+// How many ways to split K for bm x bn tiles on an H100's 132 SMs: none while the tiles fill
+// half of them; else as many as bring the units of work up to the SMs (at most 8), keeping
+// at least 4 K slices in each.
+int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
+  constexpr int64_t kSms = 132;
+  const int64_t tiles = g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn), slices = (g.K + 63) / 64;
+  if (tiles * 2 >= kSms) return 1;
+  int64_t split = std::min<int64_t>(8, kSms / tiles);
+  while (split > 1 && slices / split < 4) --split;
+  return int(split);
 }
 
 // Whether the Hopper kernel can run this request (its defaults and choices). The catalog
@@ -150,6 +170,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 void check_cuda(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
+  if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) {
     const int threads = warps * 32;
@@ -236,6 +257,11 @@ GemmProblem gemm_problem(const TemplateSpec& s) {
   if (g.N == 1) g.sBn = g.sCn = 0;
   if (g.K == 1) g.sAk = g.sBk = 0;
   return g;
+}
+
+int wgmma_splits(const GemmProblem& p, int split_k) {
+  const int64_t slices = std::max<int64_t>(1, (p.K + 63) / 64), per = (slices + split_k - 1) / split_k;
+  return int((slices + per - 1) / per);
 }
 
 std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::string* why) {
@@ -344,6 +370,9 @@ std::vector<ParamSpec> GemmTemplate::params(const TemplateRequest& req) const {
               {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
               {"warps", "int", ints({1, 2, 4, 8, 12}), 8, "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8 or 12 (one producer and one or two consumer warpgroups)"},
               {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
+              {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
+               "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
+               "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
               {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
                "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
                "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
@@ -390,7 +419,12 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         for (auto [bm, bn, w, s] : std::vector<std::tuple<int, int, int, int>>{
                  {128, 256, 12, 4}, {128, 256, 12, 3}, {256, 128, 12, 4}, {128, 128, 12, 6}, {128, 128, 8, 6},
                  {64, 256, 8, 5}, {64, 128, 8, 8}, {128, 64, 12, 8}}) {
-          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", w}, {"stages", s}, {"mma", "wgmma"}});
+          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", w}, {"stages", s}, {"split_k", 1}, {"mma", "wgmma"}});
+        }
+        // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
+        const int split = small_problem_split_k(gemm_problem(req.spec), 64, 128);
+        for (int s : {split, split / 2}) {
+          if (s > 1) out.push_back({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", s}, {"mma", "wgmma"}});
         }
         for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{{128, 128, 64, 4, 3}, {64, 64, 32, 4, 4}}) {
           out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}, {"mma", "mma_sync"}});
@@ -414,7 +448,7 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
 
 Result<void> GemmTemplate::check(TemplateRequest& req) const {
   // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-  static const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"mma", "wgmma"}};
+  static const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"mma", "wgmma"}};
   const bool no_params = !req.spec.params.is_object() || req.spec.params.empty();
   if (req.backend == Backend::kCuda && cuda_mma(req.spec.params) == CudaMma::kWgmma) {
     for (auto it = kWgmmaDefaults.begin(); it != kWgmmaDefaults.end(); ++it) {
@@ -430,11 +464,13 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
     // Hopper's fast path by default, as the mma_sync defaults are for sm_80 and later. A
     // problem of fewer 128x256 tiles than half the 132 SMs of an H100 (small M, or small
     // M and N) takes 64x128 tiles with one consumer warpgroup and 8 stages instead, the tiling
-    // that won the skinny shapes (docs/BENCHMARKS.md): four times the tiles to spread.
+    // that won the skinny shapes (docs/BENCHMARKS.md): four times the tiles to spread, and
+    // K split where even those leave half the SMs idle.
     req.spec.params = kWgmmaDefaults;
     const int64_t tiles = g.batch * ((g.M + 127) / 128) * ((g.N + 255) / 256);
     if (tiles < 66) {
-      req.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"mma", "wgmma"}};
+      req.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8},
+                         {"split_k", small_problem_split_k(g, 64, 128)}, {"mma", "wgmma"}};
     }
   }
   switch (req.backend) {
@@ -457,7 +493,7 @@ Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference
   } else {
     switch (req.backend) {
       case Backend::kCpu: out.source = render_gemm_cpu(req, g, sig, ep, workspace); break;
-      case Backend::kCuda: out.source = render_gemm_cuda(req, g, sig, ep); break;
+      case Backend::kCuda: out.source = render_gemm_cuda(req, g, sig, ep, workspace); break;
       case Backend::kRocm: out.source = render_gemm_rocm(req, g, sig, ep); break;
     }
     out.family = "gemm";

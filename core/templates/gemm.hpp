@@ -61,7 +61,11 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
 std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                             const EpilogueCode& ep, uint64_t& workspace_bytes);
 std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
-                             const EpilogueCode& ep);
+                             const EpilogueCode& ep, uint64_t& workspace_bytes);
+
+// The parts the Hopper kernel cuts K into for `split_k` (the splits left with K slices to do:
+// 64-deep slices shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1).
+int wgmma_splits(const GemmProblem& p, int split_k);
 std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                              const EpilogueCode& ep);
 std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,

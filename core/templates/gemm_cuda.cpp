@@ -225,25 +225,37 @@ $NULLCHECKS$  return tc::run($A$, $B$, $C$$EPARGS$, stream) == cudaSuccess ? 0 :
 // of stages handed over with mbarriers (full: the TMA bytes landed; empty: every consumer's
 // wgmmas that read the stage have completed). TMA zero-fills what lies past an edge, so
 // ragged M, N and K need no special case; the epilogue guards its stores.
+//
+// The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
+// a tile's K range, whose float partial sums go to the workspace and are added up (and the
+// epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
+// the same time. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
+// columns at a time, so that global stores are whole 16-byte vectors of a row.
 constexpr const char* kWgmmaKernel = R"(
 namespace wg {
-constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$;
+constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$;
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
+constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
 constexpr int64_t TILES_M = (kM + BM - 1) / BM, TILES_N = (kN + BN - 1) / BN, TILES = TILES_M * TILES_N * kBatch;
+constexpr int64_t UNITS = TILES * SPLITS;
 constexpr int64_t GROUP_M = 8;
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
 constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
+// Rows stored as 16-byte vectors: 16-bit outputs, rows contiguous and 8-element aligned.
+constexpr bool STAGED = sizeof(TC) == 2 && sCn == 1 && sCm % 8 == 0 && sCb % 8 == 0 && offC % 8 == 0;
+constexpr uint32_t EPI_WARP_BYTES = 16 * 64 * 2;  // a warp's 16 rows x 64 columns of 16-bit outputs
 // Tiles are stored in 128-byte-swizzled atoms of 8 rows x 128 bytes, as TMA's SWIZZLE_128B
 // writes them and wgmma's descriptors read them: a K-major tile as [rows][64], an M- or
 // N-major tile as [rows / 64 panels][64 (K)][64].
 constexpr uint32_t ROW = 128, ATOM = 8 * ROW, PANEL = 64 * ROW;  // bytes
 constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + 16 * STAGES;  // + alignment slack, 2 mbarriers a stage
+constexpr uint32_t BARRIER_BYTES = (16 * STAGES + 127) / 128 * 128;  // 2 mbarriers a stage
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + BARRIER_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES;  // + alignment slack
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -317,14 +329,101 @@ __device__ __forceinline__ void store_pair(TC* p, float x, float y) {
   }
 }
 
-// Persistent: each block walks tiles blockIdx.x, + gridDim.x, ...; the producer runs ahead
-// into the next tile while the consumers store this one. `it` counts K slices across tiles,
+// The epilogue of one output, or 0 outside C (where it must not read its inputs).
+__device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n$EPPARAMS$) {
+  return m < kM && n < kN ? kf_epilogue(v, b, m, n$EPARGS$) : 0.0f;
+}
+
+// A consumer warp's accumulators of one 64-row wgmma tile: warp w holds rows 16w + lane/4
+// (+8), columns 8j + 2 (lane % 4) (+1). `row0` is the warp's first row, `n0` the tile's.
+// Through the warp's buffer (16 rows x 128 bytes; each 16-byte unit j of row r kept at unit
+// j ^ (r % 8), so that neither the pair writes nor the vector reads share a bank), so each
+// global store is a whole 16-byte vector, 8 lanes to a 128-byte row.
+__device__ __forceinline__ void store_staged(const float* acc, unsigned char* buf, TC* Cb, int b, int64_t row0, int64_t n0,
+                                             int lane$EPPARAMS$) {
+#pragma unroll
+  for (int c = 0; c < BN / 64; ++c) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = lane / 4 + 8 * h, j = c * 8 + u;
+        const int64_t m = row0 + r, n = n0 + j * 8 + 2 * (lane % 4);
+        TC pair[2];
+        store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n$EPARGS$), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1$EPARGS$));
+        *reinterpret_cast<uint32_t*>(buf + r * 128 + ((u ^ (r % 8)) * 16) + (lane % 4) * 4) = *reinterpret_cast<const uint32_t*>(pair);
+      }
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int v = i * 32 + lane, r = v / 8, u = v % 8;
+      const int64_t m = row0 + r, n = n0 + c * 64 + u * 8;
+      const uint4 x = *reinterpret_cast<const uint4*>(buf + r * 128 + ((u ^ (r % 8)) * 16));
+      if (m >= kM || n >= kN) continue;
+      TC* const p = Cb + m * sCm + n;
+      if (n + 8 <= kN) {
+        *reinterpret_cast<uint4*>(p) = x;
+      } else {
+        const TC* e = reinterpret_cast<const TC*>(&x);
+        for (int k = 0; k < kN - n; ++k) p[k] = e[k];
+      }
+    }
+    __syncwarp();
+  }
+}
+
+// A split's partial sums, as floats, to its [batch][M][N] slice of the workspace.
+__device__ __forceinline__ void store_partial(const float* acc, float* W, int64_t row0, int64_t n0, int lane) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = row0 + lane / 4 + 8 * h, n = n0 + j * 8 + 2 * (lane % 4);
+      if (m >= kM) continue;
+      float* const p = W + m * kN + n;
+      if (kN % 2 == 0 && n + 1 < kN) {
+        *reinterpret_cast<float2*>(p) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
+      } else {
+        if (n < kN) p[0] = acc[j * 4 + 2 * h];
+        if (n + 1 < kN) p[1] = acc[j * 4 + 2 * h + 1];
+      }
+    }
+}
+
+// C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
+__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C$EPPARAMS$) {
+  constexpr int64_t SLICE = kBatch * kM * kN, ROW_QUADS = (kN + 3) / 4, QUADS = kBatch * kM * ROW_QUADS;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < QUADS; q += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = row % kM;
+    const int b = int(row / kM);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* w = W + row * kN + n;
+    if (kN % 4 == 0) {
+#pragma unroll
+      for (int s = 0; s < SPLITS; ++s) {
+        const float4 x = *reinterpret_cast<const float4*>(w + s * SLICE);
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      }
+    } else {
+      for (int s = 0; s < SPLITS; ++s)
+        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * SLICE + e];
+    }
+    TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], b, m, n + e$EPARGS$));
+  }
+}
+
+// Persistent: each block walks units blockIdx.x, + gridDim.x, ...; the producer runs ahead
+// into the next unit while the consumers store this one. `it` counts K slices across units,
 // so stage and phase carry over.
 __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                                                         TC* __restrict__ C$EPPARAMS$) {
+                                                         TC* __restrict__ C, float* __restrict__ W$EPPARAMS$) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + BARRIER_BYTES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
@@ -339,10 +438,11 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (tid != 0) return;
     int64_t it = 0;
-    for (int64_t t = blockIdx.x; t < TILES; t += gridDim.x) {
-      const Tile tile = tile_at(t);
+    for (int64_t unit = blockIdx.x; unit < UNITS; unit += gridDim.x) {
+      const Tile tile = tile_at(unit / SPLITS);
       const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
-      for (int kt = 0; kt < KTILES; ++kt, ++it) {
+      const int k_end = int(unit % SPLITS) * KPS + KPS < KTILES ? int(unit % SPLITS) * KPS + KPS : KTILES;
+      for (int kt = int(unit % SPLITS) * KPS; kt < k_end; ++kt, ++it) {
         const int s = int(it % STAGES);
         if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
         const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
@@ -370,17 +470,20 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   // columns 8j + 2 (lane % 4) (+1).
   const int warp = tid / 32, lane = tid % 32;
   const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
+  const bool staged = STAGED && reinterpret_cast<uintptr_t>(C + offC) % 16 == 0;
+  unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
-  for (int64_t t = blockIdx.x; t < TILES; t += gridDim.x) {
-    const Tile tile = tile_at(t);
+  for (int64_t unit = blockIdx.x; unit < UNITS; unit += gridDim.x) {
+    const Tile tile = tile_at(unit / SPLITS);
+    const int split = int(unit % SPLITS), k_begin = split * KPS, k_end = k_begin + KPS < KTILES ? k_begin + KPS : KTILES;
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
       fence_regs(acc[mi]);
     }
-    for (int kt = 0; kt < KTILES; ++kt, ++it) {
+    for (int kt = k_begin; kt < k_end; ++kt, ++it) {
       const int s = int(it % STAGES);
       mbar_wait(full + 8 * s, uint32_t(it / STAGES) & 1);
       const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
@@ -392,7 +495,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
-      if (kt > 0 && tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));
+      if (kt > k_begin && tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));
     }
     wgmma_wait<0>();
     if (tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
@@ -401,6 +504,17 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
 
     const int b = tile.b;
     TC* const Cb = C + offC + int64_t(b) * sCb;
+    if constexpr (SPLITS > 1) {
+      float* const Ws = W + (int64_t(split) * kBatch + b) * kM * kN;
+#pragma unroll
+      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, lane);
+      continue;
+    }
+    if (staged) {
+#pragma unroll
+      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, Cb, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, lane$EPARGS$);
+      continue;
+    }
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi)
 #pragma unroll
@@ -450,7 +564,8 @@ cudaError_t make_map(CUtensorMap* map, const T* base, uint64_t inner, uint64_t o
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-cudaError_t launch(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream) {
+cudaError_t launch(const T* A, const T* B, TC* C, float* W$EPPARAMS$, cudaStream_t stream) {
+  if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
   CUtensorMap ma, mb;
   cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
   if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN : 64);
@@ -463,8 +578,12 @@ cudaError_t launch(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream)
   }
   int device = 0, sms = 0;
   if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
-  const unsigned blocks = unsigned(TILES < sms ? TILES : sms);  // one resident block per SM
-  gemm_wgmma<<<blocks, THREADS, SMEM_BYTES, stream>>>(ma, mb, C$EPARGS$);
+  const unsigned blocks = unsigned(UNITS < sms ? UNITS : sms);  // one resident block per SM
+  gemm_wgmma<<<blocks, THREADS, SMEM_BYTES, stream>>>(ma, mb, C, W$EPARGS$);
+  if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
+  constexpr int64_t quads = kBatch * kM * ((kN + 3) / 4);
+  const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
+  splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C$EPARGS$);
   return cudaGetLastError();
 }
 }  // namespace wg
@@ -474,12 +593,13 @@ constexpr const char* kWgmmaEntry = R"(
 }  // namespace
 
 extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = 0; return 0; }
+  if (workspace_size) { *workspace_size = $workspace_bytes$; return 0; }  // split-K's partial sums
   if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
 $NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time);
   // a view that starts mid-vector runs on the mma_sync kernel instead.
   const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0;
-  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$$EPARGS$, stream) : tc::run($A$, $B$, $C$$EPARGS$, stream);
+  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace)$EPARGS$, stream)
+                                : tc::run($A$, $B$, $C$$EPARGS$, stream);
   return e == cudaSuccess ? 0 : 3;
 }
 )";
@@ -563,7 +683,7 @@ $NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / B
 }  // namespace
 
 std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
-                             const EpilogueCode& ep) {
+                             const EpilogueCode& ep, uint64_t& workspace_bytes) {
   const auto& q = req.spec.params;
   Subst s;
   set_problem(s, p);
@@ -593,6 +713,9 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
     fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
     const auto ta = tma_operand(p, 0), tb = tma_operand(p, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
+    const int split_k = wgmma_splits(p, q["split_k"].get<int>());
+    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;
+    s.set("split_k", split_k).set("workspace_bytes", std::to_string(workspace_bytes) + "u");
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {

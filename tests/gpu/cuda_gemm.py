@@ -85,11 +85,17 @@ class Kernel:
         self.fn.restype = ctypes.c_int
 
     def __call__(self, tensors):
+        # The workspace the manifest asks for (split-K's partial sums), filled with NaN so that
+        # a kernel that reads what it did not write shows it.
+        nbytes = self.j["abi"].get("workspace_bytes", 0)
+        if nbytes and getattr(self, "workspace", None) is None:
+            self.workspace = torch.full(((nbytes + 3) // 4,), float("nan"), device="cuda", dtype=torch.float32)
         args = []
         for a in self.j["abi"]["args"]:
             if a["kind"] == "tensor": args.append(ctypes.c_void_p(tensors[a["binds"]].data_ptr()))
             elif a["kind"] == "scalar": args.append(ctypes.c_int64(a["value"]))
-            elif a["kind"] in ("workspace_size", "workspace"): args.append(None)
+            elif a["kind"] == "workspace": args.append(ctypes.c_void_p(self.workspace.data_ptr()) if nbytes else None)
+            elif a["kind"] == "workspace_size": args.append(None)
             else: args.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
         rc = self.fn(*args)
         if rc != 0:
@@ -284,6 +290,25 @@ def main():
                 ta, tb = bool(layout // 2), bool(layout % 2)
                 report(f"wgmma float16 {'NT'[ta]}{'NT'[tb]} 520x392x200 {params}", run_case, url=url, workdir=work, dtype="float16",
                        M=520, N=392, K=200, ta=ta, tb=tb, params=params, arch="sm_90a")
+        # Split-K: K cut into parts whose partial sums a second kernel adds up before the
+        # epilogue; ragged M, N and K, uneven parts (13 slices in 4 parts of 4 and 1), batches,
+        # every layout, and the default that picks it for a skinny problem.
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                for split in (2, 4):
+                    report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} split_k {split} 72x392x800", run_case, url=url, workdir=work, dtype=dtype,
+                           M=72, N=392, K=800, ta=ta, tb=tb, arch="sm_90a",
+                           params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": split, "mma": "wgmma"})
+            bias = torch.randn(390, device="cuda", dtype=torch.float32)
+            report(f"wgmma {dtype} split_k 3 add+gelu 33x390x1000", run_case, url=url, workdir=work, dtype=dtype, M=33, N=390, K=1000,
+                   ta=False, tb=True, ops=[{"op": "add", "input": 2}, {"op": "gelu"}], extra=[("bias", bias)], arch="sm_90a",
+                   params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 3, "mma": "wgmma"})
+            report(f"wgmma {dtype} split_k 2 batched 3x 40x136x520", run_case, url=url, workdir=work, dtype=dtype, M=40, N=136, K=520,
+                   ta=True, tb=False, batch=3, arch="sm_90a",
+                   params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 2, "mma": "wgmma"})
+            report(f"wgmma {dtype} default 1x4096x4096 (split K)", run_case, url=url, workdir=work, dtype=dtype, M=1, N=4096, K=4096,
+                   ta=False, tb=False, arch="sm_90a")
         report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]

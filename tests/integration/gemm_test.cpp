@@ -692,6 +692,28 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     EXPECT_EQ(r.body["template"]["params"]["block_m"], bm) << M << "x" << N;
     EXPECT_EQ(r.body["template"]["params"]["block_n"], bn) << M << "x" << N;
     EXPECT_EQ(r.body["template"]["params"]["mma"], "wgmma");
+    EXPECT_EQ(r.body["template"]["params"]["split_k"], 1) << M << "x" << N << ": K = 256 is 4 slices, too few to split";
+    EXPECT_EQ(r.body["workspace_bytes"], 0);
+  }
+  // Where even 64x128 tiles leave half the 132 SMs idle and K is deep, K is split: as many
+  // parts as bring the units up to the SMs (at most 8, 4 slices each at least), and the
+  // workspace holds a float partial sum per part and output.
+  for (auto [B, M, N, K, split] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int>>{
+           {1, 1, 4096, 4096, 4}, {1, 128, 4096, 4096, 2}, {1, 16, 2048, 4096, 8}, {1, 16, 2048, 1024, 4}, {1, 1, 11008, 4096, 1}, {2, 16, 1024, 4096, 8}}) {
+    json skinny = gemm("float16", M, N, K, false, false);
+    if (B > 1) {
+      skinny["inputs"] = {tensor("A", "float16", {B, M, K}), tensor("B", "float16", {B, K, N})};
+      skinny["output"] = tensor("C", "float16", {B, M, N});
+    }
+    skinny["backend"] = "cuda";
+    skinny["template"] = "gemm";
+    skinny["arch"] = "sm_90a";
+    auto r = post_json(*server_, "/render", skinny.dump());
+    ASSERT_EQ(r.status, 200) << r.raw.substr(0, 2000);
+    SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
+    EXPECT_EQ(r.body["template"]["params"]["block_m"], 64);
+    EXPECT_EQ(r.body["template"]["params"]["split_k"], split);
+    EXPECT_EQ(r.body["workspace_bytes"], split > 1 ? int64_t(split) * B * M * N * 4 : 0);
   }
   // The PTX holds the Hopper instructions: the m64n256k16 wgmma and the TMA tile copy.
   json big = gemm("float16", 2048, 2048, 512, false, false);
@@ -747,6 +769,15 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     b["params"][c.param] = c.value;
     bad(b, c.field, c.says);
   }
+  json shallow = gemm("float16", 512, 512, 256, false, false);  // 4 K slices: 8 parts would leave 4 with nothing
+  shallow["backend"] = "cuda";
+  shallow["template"] = "gemm";
+  shallow["arch"] = "sm_90a";
+  shallow["params"] = {{"mma", "wgmma"}, {"split_k", 8}};
+  bad(shallow, "/params/split_k", "at most 4");
+  json sync_split = req;
+  sync_split["params"] = {{"mma", "mma_sync"}, {"split_k", 2}};
+  bad(sync_split, "/params/split_k", "wgmma");
   json f32 = wg;
   f32["inputs"][0]["dtype"] = f32["inputs"][1]["dtype"] = f32["output"]["dtype"] = "float32";
   bad(f32, "/params/mma", "float16 or bfloat16");
