@@ -15,7 +15,7 @@ products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias 
 
 Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
                            [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias_gelu]
-                           [--groups square,llm,bmm] [--budget-ms 100] [--jobs 16]
+                           [--groups square,llm,bmm] [--budget-ms 100] [--jobs 16] [--params '{"mma": "wgmma", ...}']
 """
 import argparse
 import concurrent.futures
@@ -121,6 +121,7 @@ def main():
     ap.add_argument("--budget-ms", type=float, default=100)
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="requests in flight (compiles run in parallel)")
+    ap.add_argument("--params", default="", help="tuning parameters (JSON) sent with every case instead of the defaults")
     ap.add_argument("--warm", action="store_true",
                     help="after the cold pass, send every case again, one at a time, and print each warm wall time")
     args = ap.parse_args()
@@ -153,7 +154,8 @@ def main():
     try:
         tc = json.load(urllib.request.urlopen(url + "/toolchains"))
         print("# device:", json.dumps(tc["cuda"].get("device")), flush=True)
-        print(f"# {len(cases)} cases, {'autotune (default choices)' if args.autotune else 'default parameters'}", flush=True)
+        what = 'autotune (default choices)' if args.autotune else f'params {args.params}' if args.params else 'default parameters'
+        print(f"# {len(cases)} cases, {what}", flush=True)
         path = "/autotune" if args.autotune else "/kernels"
         t0 = time.monotonic()
         # Compiles in parallel (the service's pool); the runner times one kernel at a time anyway.
@@ -161,6 +163,8 @@ def main():
             futs = []
             for c in cases:
                 body = request(*c, args.budget_ms)
+                if args.params:
+                    body["params"] = json.loads(args.params)
                 if args.autotune:
                     body["choices"] = "default"
                 futs.append(pool.submit(post, url, path, body))

@@ -1,6 +1,7 @@
 #include "core/templates/gemm.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -149,8 +150,9 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
 // How many ways to split K for bm x bn tiles on an H100's 132 SMs: none while the tiles fill
 // half of them; else as many as bring the units of work up to the SMs (at most 8), keeping
 // at least 4 K slices in each.
+constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
+
 int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
-  constexpr int64_t kSms = 132;
   const int64_t tiles = g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn), slices = (g.K + 63) / 64;
   if (tiles * 2 >= kSms) return 1;
   int64_t split = std::min<int64_t>(8, kSms / tiles);
@@ -414,20 +416,37 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         break;
       }
       if (wgmma_viable(req)) {
-        // Hopper: the wgmma tilings (two consumers with 64- or 128-row tiles, one consumer for
-        // narrow or skinny problems), then the mma_sync ones that won on sm_90 before.
-        for (auto [bm, bn, w, s] : std::vector<std::tuple<int, int, int, int>>{
-                 {128, 256, 12, 4}, {128, 256, 12, 3}, {256, 128, 12, 4}, {128, 128, 12, 6}, {128, 128, 8, 6},
-                 {64, 256, 8, 5}, {64, 128, 8, 8}, {128, 64, 12, 8}}) {
-          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", w}, {"stages", s}, {"split_k", 1}, {"mma", "wgmma"}});
+        // Hopper: the wgmma tilings only (two consumers with 64- or 128-row tiles, one
+        // consumer for narrow or skinny problems): mma_sync won none of the 28 shapes of
+        // docs/BENCHMARKS.md's suite on the H100. Where even the largest tiles fill every SM
+        // at least once, the problem is compute-bound and a cost model prunes before anything
+        // compiles: a tiling's time is its waves (units of work over the SMs, rounded up) times
+        // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
+        // down to 0.7 for 64x128; measured, docs/BENCHMARKS.md); tilings estimated 25 % or
+        // more behind the best are not tried. Smaller problems are memory- or latency-bound,
+        // where the model ranks badly (128x64 won 128x4096x4096), so they try every tiling.
+        const GemmProblem g = gemm_problem(req.spec);
+        struct Tiling {
+          int bm, bn, warps, stages;
+          double efficiency;
+        };
+        static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
+                                                     {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}};
+        auto estimate = [&](const Tiling& t) {
+          const int64_t tiles = g.batch * ((g.M + t.bm - 1) / t.bm) * ((g.N + t.bn - 1) / t.bn);
+          return double((tiles + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
+        };
+        const bool compute_bound = g.batch * ((g.M + 127) / 128) * ((g.N + 255) / 256) >= kSms;
+        double best = std::numeric_limits<double>::max();
+        for (const Tiling& t : kTilings) best = std::min(best, estimate(t));
+        for (const Tiling& t : kTilings) {
+          if (compute_bound && estimate(t) > 1.25 * best) continue;
+          out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1}, {"mma", "wgmma"}});
         }
         // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
-        const int split = small_problem_split_k(gemm_problem(req.spec), 64, 128);
+        const int split = small_problem_split_k(g, 64, 128);
         for (int s : {split, split / 2}) {
           if (s > 1) out.push_back({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", s}, {"mma", "wgmma"}});
-        }
-        for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{{128, 128, 64, 4, 3}, {64, 64, 32, 4, 4}}) {
-          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}, {"mma", "mma_sync"}});
         }
         break;
       }

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""One kforge gemm kernel, called from this process so that Nsight Compute can profile it.
+
+Asks a kforge service (started here, like bench/cuda_suite.py) for the gemm with the given
+tuning parameters, loads the .so and calls it `--calls` times on torch tensors. Run it under
+ncu on the GPU host, e.g.:
+
+    ncu --target-processes application-only -k regex:gemm_wgmma --launch-skip 1 --launch-count 1 \\
+        --section SpeedOfLight --section LaunchStats --section Occupancy \\
+        python3 bench/ncu_gemm.py --kforge .device/bundle/bin/kforge --shape 4096x4096x4096 --params '{"mma": "wgmma"}'
+
+The summaries kept per step are in docs/gpu/ (ncu_*.txt).
+"""
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import tempfile
+import urllib.request
+
+import torch
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kforge", required=True)
+    ap.add_argument("--shape", default="4096x4096x4096", help="MxNxK")
+    ap.add_argument("--dtype", default="float16")
+    ap.add_argument("--params", default="", help="tuning parameters (JSON); the template's defaults if empty")
+    ap.add_argument("--calls", type=int, default=3)
+    args = ap.parse_args()
+    m, n, k = map(int, args.shape.split("x"))
+    work = tempfile.mkdtemp(prefix="kforge-ncu-")
+    os.chmod(work, 0o755)  # the sandbox uid must reach the cache
+    proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache")],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    url = proc.stdout.readline().split()[-1]
+    try:
+        body = {"backend": "cuda", "arch": "native", "template": "gemm",
+                "inputs": [{"name": "A", "dtype": args.dtype, "sizes": [m, k]}, {"name": "B", "dtype": args.dtype, "sizes": [k, n]}],
+                "output": {"name": "C", "dtype": args.dtype, "sizes": [m, n]}}
+        if args.params:
+            body["params"] = json.loads(args.params)
+        req = urllib.request.Request(url + "/kernels", json.dumps(body).encode(), {"Content-Type": "application/json"})
+        j = json.load(urllib.request.urlopen(req, timeout=600))
+        path = os.path.join(work, j["kernel_name"] + ".so")
+        with open(path, "wb") as f:
+            f.write(urllib.request.urlopen(url + j["artifact"]["url"]).read())
+    finally:
+        proc.terminate()
+        proc.wait()
+    print("# kernel", j["kernel_name"], json.dumps(j["template"]["params"]), flush=True)
+    dt = getattr(torch, args.dtype)
+    t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
+         "C": torch.empty(m, n, device="cuda", dtype=dt)}
+    ws = torch.empty(max(1, j["abi"].get("workspace_bytes") or 0), device="cuda", dtype=torch.uint8)
+    fn = getattr(ctypes.CDLL(path), j["kernel_name"])
+    argv = []
+    for a in j["abi"]["args"]:
+        if a["kind"] == "tensor": argv.append(ctypes.c_void_p(t[a["binds"]].data_ptr()))
+        elif a["kind"] == "scalar": argv.append(ctypes.c_int64(a["value"]))
+        elif a["kind"] == "workspace": argv.append(ctypes.c_void_p(ws.data_ptr()))
+        elif a["kind"] == "workspace_size": argv.append(None)
+        else: argv.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    for _ in range(args.calls):
+        rc = fn(*argv)
+        assert rc == 0, rc
+    torch.cuda.synchronize()
+    err = (t["C"].float() - t["A"].float() @ t["B"].float()).abs().max().item()
+    print(f"# max abs error vs torch: {err:.3g}")
+
+
+if __name__ == "__main__":
+    main()

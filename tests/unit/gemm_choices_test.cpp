@@ -1,0 +1,69 @@
+// The Hopper gemm's default search (GemmTemplate::default_choices on sm_90a): wgmma tilings
+// only, pruned by the cost model where the problem is compute-bound, split-K added where the
+// tiles leave SMs idle.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "core/templates/template.hpp"
+
+namespace kforge::core::templates {
+namespace {
+
+TensorMeta matrix(const std::string& name, int64_t batch, int64_t rows, int64_t cols) {
+  TensorMeta t;
+  t.name = name;
+  t.dtype = Dtype::kFloat16;
+  if (batch > 1) {
+    t.sizes = {batch, rows, cols};
+    t.strides = {rows * cols, cols, 1};
+  } else {
+    t.sizes = {rows, cols};
+    t.strides = {cols, 1};
+  }
+  return t;
+}
+
+// "bm x bn / split" for each choice, all of them wgmma.
+std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  TemplateRequest r;
+  r.backend = Backend::kCuda;
+  r.archs = {"sm_90a"};
+  r.spec.name = "gemm";
+  r.spec.inputs = {matrix("A", batch, M, K), matrix("B", batch, K, N)};
+  r.spec.output = matrix("C", batch, M, N);
+  std::multiset<std::string> out;
+  for (const auto& c : Registry::builtin().find("gemm")->default_choices(r)) {
+    EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
+    out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
+               std::to_string(c.value("split_k", 1)));
+  }
+  return out;
+}
+
+TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
+  // 4096^3: 512 tiles of 128x256 (4 waves on 132 SMs); 64x128 and 128x64 tiles need 16
+  // waves of a quarter of the work at 0.7 of the efficiency: 1.43x the best, not tried.
+  EXPECT_EQ(hopper_choices(1, 4096, 4096, 4096),
+            (std::multiset<std::string>{"128x256/1", "128x256/1", "256x128/1", "128x128/1", "128x128/1", "64x256/1"}));
+}
+
+TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
+  // 128x4096x4096: 16 tiles of 128x256, memory-bound, where 128x64 won on the H100; 64 tiles
+  // of 64x128 fill half the SMs, so K is split 2 ways (and not 1 = half of that).
+  const auto small = hopper_choices(1, 128, 4096, 4096);
+  EXPECT_EQ(small.size(), 9u);
+  EXPECT_EQ(small.count("64x128/2"), 1u);
+  EXPECT_EQ(small.count("128x64/1"), 1u);
+  // M = 1: 32 tiles of 64x128, split 4 ways (128 units), and 2.
+  const auto gemv = hopper_choices(1, 1, 4096, 4096);
+  EXPECT_EQ(gemv.size(), 10u);
+  EXPECT_EQ(gemv.count("64x128/4"), 1u);
+  EXPECT_EQ(gemv.count("64x128/2"), 1u);
+  // Batched attention scores: 32 x 8 x 8 = 2048 tiles of 256, compute-bound by the model.
+  EXPECT_EQ(hopper_choices(32, 2048, 2048, 128).count("64x128/1"), 0u);
+}
+
+}  // namespace
+}  // namespace kforge::core::templates
