@@ -147,11 +147,11 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
   }
 }
 
+constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
+
 // How many ways to split K for bm x bn tiles on an H100's 132 SMs: none while the tiles fill
 // half of them; else as many as bring the units of work up to the SMs (at most 8), keeping
 // at least 4 K slices in each.
-constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
-
 int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
   const int64_t tiles = g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn), slices = (g.K + 63) / 64;
   if (tiles * 2 >= kSms) return 1;
@@ -422,7 +422,8 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         // at least once, the problem is compute-bound and a cost model prunes before anything
         // compiles: a tiling's time is its waves (units of work over the SMs, rounded up) times
         // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
-        // down to 0.7 for 64x128; measured, docs/BENCHMARKS.md); tilings estimated 25 % or
+        // down to 0.7 for 64x128: rough figures read off the suite runs in docs/BENCHMARKS.md,
+        // not a fit); tilings estimated 25 % or
         // more behind the best are not tried. Smaller problems are memory- or latency-bound,
         // where the model ranks badly (128x64 won 128x4096x4096), so they try every tiling.
         const GemmProblem g = gemm_problem(req.spec);
