@@ -173,6 +173,7 @@ void check_cuda(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
   if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) {
     const int threads = warps * 32;
@@ -375,6 +376,9 @@ std::vector<ParamSpec> GemmTemplate::params(const TemplateRequest& req) const {
               {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
                "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
                "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
+              {"cluster_m", "int", ints({1, 2}), 1,
+               "wgmma only: blocks per thread-block cluster, on tiles of one column that share B, each loading half of B and "
+               "multicasting it to both"},
               {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
                "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
                "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
@@ -423,16 +427,21 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         // compiles: a tiling's time is its waves (units of work over the SMs, rounded up) times
         // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
         // down to 0.7 for 64x128: rough figures read off the suite runs in docs/BENCHMARKS.md,
-        // not a fit); tilings estimated 25 % or
-        // more behind the best are not tried. Smaller problems are memory- or latency-bound,
-        // where the model ranks badly (128x64 won 128x4096x4096), so they try every tiling.
+        // not a fit); tilings estimated 15 % or more behind the best are not tried (at 4096^3
+        // that leaves 6 of 10, as many as a cold autotune times in 15 s). Only these problems
+        // try 128x256 in clusters of two, which move a third less through L2 and won the wide
+        // LLM projections but lose a little where tiles are few. Smaller problems are memory-
+        // or latency-bound, where the model ranks badly (128x64 won 128x4096x4096), so they
+        // try every tiling without clusters.
         const GemmProblem g = gemm_problem(req.spec);
         struct Tiling {
           int bm, bn, warps, stages;
           double efficiency;
+          int cluster_m = 1;
         };
         static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
-                                                     {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}};
+                                                     {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7},
+                                                     {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
         auto estimate = [&](const Tiling& t) {
           const int64_t tiles = g.batch * ((g.M + t.bm - 1) / t.bm) * ((g.N + t.bn - 1) / t.bn);
           return double((tiles + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
@@ -441,13 +450,16 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         double best = std::numeric_limits<double>::max();
         for (const Tiling& t : kTilings) best = std::min(best, estimate(t));
         for (const Tiling& t : kTilings) {
-          if (compute_bound && estimate(t) > 1.25 * best) continue;
-          out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1}, {"mma", "wgmma"}});
+          if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1) continue;
+          out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
+                         {"cluster_m", t.cluster_m}, {"mma", "wgmma"}});
         }
         // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
         const int split = small_problem_split_k(g, 64, 128);
         for (int s : {split, split / 2}) {
-          if (s > 1) out.push_back({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", s}, {"mma", "wgmma"}});
+          if (s > 1) {
+            out.push_back({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", s}, {"cluster_m", 1}, {"mma", "wgmma"}});
+          }
         }
         break;
       }
@@ -468,7 +480,7 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
 
 Result<void> GemmTemplate::check(TemplateRequest& req) const {
   // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-  static const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"mma", "wgmma"}};
+  static const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"cluster_m", 1}, {"mma", "wgmma"}};
   const bool no_params = !req.spec.params.is_object() || req.spec.params.empty();
   if (req.backend == Backend::kCuda && cuda_mma(req.spec.params) == CudaMma::kWgmma) {
     for (auto it = kWgmmaDefaults.begin(); it != kWgmmaDefaults.end(); ++it) {
@@ -485,12 +497,14 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
     // problem of fewer 128x256 tiles than half the 132 SMs of an H100 (small M, or small
     // M and N) takes 64x128 tiles with one consumer warpgroup and 8 stages instead, the tiling
     // that won the skinny shapes (docs/BENCHMARKS.md): four times the tiles to spread, and
-    // K split where even those leave half the SMs idle.
+    // K split where even those leave half the SMs idle. Problems whose 128x256 tiles fill
+    // every SM run them in clusters of two that share B.
     req.spec.params = kWgmmaDefaults;
     const int64_t tiles = g.batch * ((g.M + 127) / 128) * ((g.N + 255) / 256);
+    if (tiles >= kSms) req.spec.params["cluster_m"] = 2;
     if (tiles < 66) {
       req.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8},
-                         {"split_k", small_problem_split_k(g, 64, 128)}, {"mma", "wgmma"}};
+                         {"split_k", small_problem_split_k(g, 64, 128)}, {"cluster_m", 1}, {"mma", "wgmma"}};
     }
   }
   switch (req.backend) {

@@ -231,9 +231,14 @@ $NULLCHECKS$  return tc::run($A$, $B$, $C$$EPARGS$, stream) == cudaSuccess ? 0 :
 // epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
 // the same time. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
 // columns at a time, so that global stores are whole 16-byte vectors of a row.
+//
+// With CLUSTER = 2 the blocks run in pairs (a thread-block cluster) on the two tiles of a
+// column that share B: each block loads its own A and half of B, and multicasts that half to
+// both, so L2 sends each B slice once per pair. A stage is then refilled only when the
+// consumers of both blocks have released it (the empty barriers count both blocks' arrivals).
 constexpr const char* kWgmmaKernel = R"(
 namespace wg {
-constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$;
+constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
@@ -241,7 +246,10 @@ constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
 constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
 constexpr int64_t TILES_M = (kM + BM - 1) / BM, TILES_N = (kN + BN - 1) / BN, TILES = TILES_M * TILES_N * kBatch;
-constexpr int64_t UNITS = TILES * SPLITS;
+// A cluster's tiles are rows CLUSTER t .. CLUSTER t + CLUSTER - 1 of a column (the last
+// group may reach past M: TMA reads zeros there and nothing is stored).
+constexpr int64_t GROUPS_M = (TILES_M + CLUSTER - 1) / CLUSTER;
+constexpr int64_t UNITS = GROUPS_M * TILES_N * kBatch * SPLITS;  // per cluster
 constexpr int64_t GROUP_M = 8;
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
@@ -267,6 +275,25 @@ __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+// Arrives on the barrier at the same offset in block `cta` of the cluster (this one included).
+// With the default cta-scope semantics: a consumer hands back a stage whose wgmmas have
+// completed, so there is nothing to publish, and `.release.cluster` would put a cluster-wide
+// memory barrier before every hand-back (it made the kernel 2x slower: docs/BENCHMARKS.md).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(cta) : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster that has not exited arrives, then waits for the others.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile(
       "{\n"
@@ -279,6 +306,12 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
                ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+// The same copy, landing at the same offset in every block of `mask` and completing bytes on
+// each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 // A shared-memory matrix descriptor: start, leading and stride byte offsets, 128-byte swizzle.
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -308,13 +341,14 @@ $wgmma_fn$
 struct Tile {
   int b, m0, n0;
 };
-__device__ __forceinline__ Tile tile_at(int64_t t) {
-  constexpr int64_t PER_BATCH = TILES_M * TILES_N, GROUP = GROUP_M * TILES_N;
+// `rank`: the block's place in its cluster, whose tiles are consecutive rows.
+__device__ __forceinline__ Tile tile_at(int64_t t, int rank) {
+  constexpr int64_t PER_BATCH = GROUPS_M * TILES_N, GROUP = GROUP_M * TILES_N;
   const int b = int(t / PER_BATCH);
   const int64_t r = t % PER_BATCH, first = r / GROUP * GROUP_M;
-  const int64_t rows = TILES_M - first < GROUP_M ? TILES_M - first : GROUP_M;
+  const int64_t rows = GROUPS_M - first < GROUP_M ? GROUPS_M - first : GROUP_M;
   const int64_t tm = first + (r % GROUP) % rows, tn = (r % GROUP) / rows;
-  return {b, int(tm * BM), int(tn * BN)};
+  return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
 }
 
 // Two adjacent outputs, rounded as kf_store rounds each.
@@ -415,57 +449,58 @@ __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W
   }
 }
 
-// Persistent: each block walks units blockIdx.x, + gridDim.x, ...; the producer runs ahead
-// into the next unit while the consumers store this one. `it` counts K slices across units,
-// so stage and phase carry over.
-__global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                                                         TC* __restrict__ C, float* __restrict__ W$EPPARAMS$) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
-  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + BARRIER_BYTES;
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, CONSUMERS);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+// Hands a stage back: to this block's producer, and with a cluster to the peer's as well (its
+// multicast also writes into this block's stage).
+__device__ __forceinline__ void release(uint32_t bar) {
+  if constexpr (CLUSTER > 1) {
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(bar, uint32_t(c));
+  } else {
+    mbar_arrive(bar);
   }
-  __syncthreads();
+}
 
-  if (wg == CONSUMERS) {  // producer
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid != 0) return;
-    int64_t it = 0;
-    for (int64_t unit = blockIdx.x; unit < UNITS; unit += gridDim.x) {
-      const Tile tile = tile_at(unit / SPLITS);
-      const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
-      const int k_end = int(unit % SPLITS) * KPS + KPS < KTILES ? int(unit % SPLITS) * KPS + KPS : KTILES;
-      for (int kt = int(unit % SPLITS) * KPS; kt < k_end; ++kt, ++it) {
-        const int s = int(it % STAGES);
-        if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
-        const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
-        mbar_expect_tx(bar, STAGE_BYTES);
-        const int k0 = kt * BK;
-        if (A_KMAJOR) {
-          tma_load(as, &tmA, bar, k0, tile.m0, ba);
-        } else {
+// The producer thread: the TMA loads of every unit's K slices, STAGES ahead of the consumers.
+__device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
+                                        int64_t first_unit, int64_t unit_step) {
+  int64_t it = 0;
+  for (int64_t unit = first_unit; unit < UNITS; unit += unit_step) {
+    const Tile tile = tile_at(unit / SPLITS, rank);
+    const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
+    const int k_end = int(unit % SPLITS) * KPS + KPS < KTILES ? int(unit % SPLITS) * KPS + KPS : KTILES;
+    for (int kt = int(unit % SPLITS) * KPS; kt < k_end; ++kt, ++it) {
+      const int s = int(it % STAGES);
+      if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
+      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
+      mbar_expect_tx(bar, STAGE_BYTES);
+      const int k0 = kt * BK;
+      if (A_KMAJOR) {
+        tma_load(as, &tmA, bar, k0, tile.m0, ba);
+      } else {
 #pragma unroll
-          for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba);
-        }
+        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba);
+      }
+      if constexpr (CLUSTER > 1) {  // this block's share of B, to every block of the cluster
+        constexpr uint16_t everyone = (1u << CLUSTER) - 1;
         if (B_KMAJOR) {
-          tma_load(bs, &tmB, bar, k0, tile.n0, bb);
+          tma_load_multicast(bs + rank * (BN / CLUSTER) * ROW, &tmB, bar, everyone, k0, tile.n0 + rank * (BN / CLUSTER), bb);
         } else {
 #pragma unroll
-          for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb);
+          for (int j = rank; j < BN / 64; j += CLUSTER) tma_load_multicast(bs + j * PANEL, &tmB, bar, everyone, tile.n0 + 64 * j, k0, bb);
         }
+      } else if (B_KMAJOR) {
+        tma_load(bs, &tmB, bar, k0, tile.n0, bb);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb);
       }
     }
-    return;
   }
+}
 
-  if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+// The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
+__device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
+                                        unsigned char* epi, int wg, int tid, int rank, int64_t first_unit, int64_t unit_step$EPPARAMS$) {
   // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
   // columns 8j + 2 (lane % 4) (+1).
   const int warp = tid / 32, lane = tid % 32;
@@ -474,8 +509,8 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
-  for (int64_t unit = blockIdx.x; unit < UNITS; unit += gridDim.x) {
-    const Tile tile = tile_at(unit / SPLITS);
+  for (int64_t unit = first_unit; unit < UNITS; unit += unit_step) {
+    const Tile tile = tile_at(unit / SPLITS, rank);
     const int split = int(unit % SPLITS), k_begin = split * KPS, k_end = k_begin + KPS < KTILES ? k_begin + KPS : KTILES;
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
@@ -495,10 +530,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
-      if (kt > k_begin && tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));
+      if (kt > k_begin && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
     }
     wgmma_wait<0>();
-    if (tid == 0) mbar_arrive(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
+    if (tid == 0) release(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
 
@@ -536,6 +571,40 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   }
 }
 
+// Persistent: each cluster (or block) walks units c, + clusters, ...; the producer runs ahead
+// into the next unit while the consumers store this one. `it` counts K slices across units,
+// so stage and phase carry over.
+__global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                                                         TC* __restrict__ C, float* __restrict__ W$EPPARAMS$) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
+  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + BARRIER_BYTES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
+  const int64_t first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMERS * CLUSTER);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (CLUSTER > 1) cluster_sync();  // the peer's barriers are ready before anyone multicasts or arrives
+  else __syncthreads();
+
+  if (wg == CONSUMERS) {  // producer
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (tid == 0) produce(tmA, tmB, base, full, empty, rank, first_unit, unit_step);
+  } else {
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    consume(C, W, base, full, empty, epi, wg, tid, rank, first_unit, unit_step$EPARGS$);
+  }
+  // A block leaves only once its peer is done: until then the peer may multicast into this
+  // block's shared memory or arrive on its barriers.
+  if constexpr (CLUSTER > 1) cluster_sync();
+}
+
 // cuTensorMapEncodeTiled, from the driver through the runtime (no -lcuda at link time).
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
                                  const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
@@ -568,7 +637,7 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W$EPPARAMS$, cudaStream
   if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
   CUtensorMap ma, mb;
   cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
-  if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN : 64);
+  if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
   if (e != cudaSuccess) return e;
   static bool configured = false;  // the attribute is per kernel; set once per process
   if (!configured) {
@@ -578,8 +647,25 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W$EPPARAMS$, cudaStream
   }
   int device = 0, sms = 0;
   if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
-  const unsigned blocks = unsigned(UNITS < sms ? UNITS : sms);  // one resident block per SM
-  gemm_wgmma<<<blocks, THREADS, SMEM_BYTES, stream>>>(ma, mb, C, W$EPARGS$);
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster = {};
+  config.blockDim = dim3(THREADS);
+  config.dynamicSmemBytes = SMEM_BYTES;
+  config.stream = stream;
+  int resident = sms;  // clusters that fit at once (one block per SM)
+  if constexpr (CLUSTER > 1) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    config.gridDim = dim3(unsigned(CLUSTER * sms));
+    static int clusters = 0;  // how the GPCs pack clusters, asked once per process
+    if (clusters == 0 && (e = cudaOccupancyMaxActiveClusters(&clusters, gemm_wgmma, &config)) != cudaSuccess) return e;
+    if (clusters == 0) return cudaErrorInvalidConfiguration;
+    resident = clusters;
+  }
+  config.gridDim = dim3(unsigned(UNITS < resident ? UNITS : resident) * CLUSTER);
+  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, C, W$EPARGS$)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
   constexpr int64_t quads = kBatch * kM * ((kN + 3) / 4);
   const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
@@ -715,7 +801,7 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
     const int warps = q["warps"].get<int>();
     const int split_k = wgmma_splits(p, q["split_k"].get<int>());
     workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;
-    s.set("split_k", split_k).set("workspace_bytes", std::to_string(workspace_bytes) + "u");
+    s.set("split_k", split_k).set("workspace_bytes", std::to_string(workspace_bytes) + "u").set("cluster_m", q["cluster_m"].get<int>());
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {

@@ -309,6 +309,36 @@ def main():
                    params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 2, "mma": "wgmma"})
             report(f"wgmma {dtype} default 1x4096x4096 (split K)", run_case, url=url, workdir=work, dtype=dtype, M=1, N=4096, K=4096,
                    ta=False, tb=False, arch="sm_90a")
+        # Clusters of two blocks on two tiles of a column, each multicasting half of B to both:
+        # every layout (a K-major and an N-major B take different multicast paths), an odd
+        # number of tile rows (the last pair's second tile lies past M), one consumer
+        # warpgroup, 64-column tiles (one B panel: one block loads it for both), a batch, an
+        # epilogue, split-K inside a cluster, and the 4096^3 default that picks clusters.
+        c2 = {"block_k": 64, "split_k": 1, "cluster_m": 2, "mma": "wgmma"}
+        wide = {**c2, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4}
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} cluster_m 2 520x392x800", run_case, url=url, workdir=work, dtype=dtype,
+                       M=520, N=392, K=800, ta=ta, tb=tb, arch="sm_90a", params=wide)
+            report(f"wgmma {dtype} default 4096x4096x4096 (cluster_m 2)", run_case, url=url, workdir=work, dtype=dtype,
+                   M=4096, N=4096, K=4096, ta=False, tb=False, arch="sm_90a")
+        for tb in (False, True):
+            report(f"wgmma float16 N{'NT'[tb]} cluster_m 2 one consumer 64x128 200x264x136", run_case, url=url, workdir=work,
+                   dtype="float16", M=200, N=264, K=136, ta=False, tb=tb, arch="sm_90a",
+                   params={**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8})
+            report(f"wgmma float16 N{'NT'[tb]} cluster_m 2 128x64 tiles 300x200x136", run_case, url=url, workdir=work,
+                   dtype="float16", M=300, N=200, K=136, ta=False, tb=tb, arch="sm_90a",
+                   params={**c2, "block_m": 128, "block_n": 64, "warps": 12, "stages": 8})
+        report("wgmma bfloat16 cluster_m 2 batched 3x 520x392x200", run_case, url=url, workdir=work, dtype="bfloat16",
+               M=520, N=392, K=200, ta=False, tb=True, batch=3, arch="sm_90a", params=wide)
+        bias = torch.randn(392, device="cuda", dtype=torch.float32)
+        report("wgmma float16 cluster_m 2 add+gelu 520x392x800", run_case, url=url, workdir=work, dtype="float16",
+               M=520, N=392, K=800, ta=True, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu"}], extra=[("bias", bias)],
+               arch="sm_90a", params=wide)
+        report("wgmma float16 cluster_m 2 split_k 3 200x392x800", run_case, url=url, workdir=work, dtype="float16",
+               M=200, N=392, K=800, ta=False, tb=False, arch="sm_90a",
+               params={**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8, "split_k": 3})
         report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]

@@ -680,9 +680,10 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     }
   }
   // Without params the tiling follows the problem: 64x128 tiles (one consumer warpgroup, 8
-  // stages) for fewer than 66 tiles of 128x256, else 128x256 with two consumers.
-  for (auto [M, N, bm, bn] : std::vector<std::tuple<int64_t, int64_t, int, int>>{{512, 512, 64, 128}, {8, 4096, 64, 128},
-                                                                                 {2048, 2048, 128, 256}, {1024, 8192, 128, 256}}) {
+  // stages) for fewer than 66 tiles of 128x256, else 128x256 with two consumers, in clusters
+  // of two where those tiles fill the 132 SMs.
+  for (auto [M, N, bm, bn, cluster] : std::vector<std::tuple<int64_t, int64_t, int, int, int>>{
+           {512, 512, 64, 128, 1}, {8, 4096, 64, 128, 1}, {2048, 2048, 128, 256, 1}, {1024, 8192, 128, 256, 2}}) {
     json small = gemm("float16", M, N, 256, false, false);
     small["backend"] = "cuda";
     small["template"] = "gemm";
@@ -693,6 +694,7 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     EXPECT_EQ(r.body["template"]["params"]["block_n"], bn) << M << "x" << N;
     EXPECT_EQ(r.body["template"]["params"]["mma"], "wgmma");
     EXPECT_EQ(r.body["template"]["params"]["split_k"], 1) << M << "x" << N << ": K = 256 is 4 slices, too few to split";
+    EXPECT_EQ(r.body["template"]["params"]["cluster_m"], cluster) << M << "x" << N;
     EXPECT_EQ(r.body["workspace_bytes"], 0);
   }
   // Where even 64x128 tiles leave half the 132 SMs idle and K is deep, K is split: as many
@@ -715,11 +717,14 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     EXPECT_EQ(r.body["template"]["params"]["split_k"], split);
     EXPECT_EQ(r.body["workspace_bytes"], split > 1 ? int64_t(split) * B * M * N * 4 : 0);
   }
-  // The PTX holds the Hopper instructions: the m64n256k16 wgmma and the TMA tile copy.
+  // The PTX holds the Hopper instructions: the m64n256k16 wgmma, the TMA tile copy and, in a
+  // cluster, its multicast; a stage goes back to the peer block by a plain remote arrive (a
+  // `.release.cluster` one fences memory on every hand-back and made the kernel 2x slower).
   json big = gemm("float16", 2048, 2048, 512, false, false);
   big["backend"] = "cuda";
   big["template"] = "gemm";
   big["arch"] = "sm_90a";
+  big["params"] = {{"mma", "wgmma"}, {"cluster_m", 2}};
   auto rr = post_json(*server_, "/render", big.dump());
   ASSERT_EQ(rr.status, 200) << rr.raw.substr(0, 2000);
   fs::path cu = scratch_->path() / "wg.cu", ptx = scratch_->path() / "wg.ptx";
@@ -735,6 +740,9 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   EXPECT_NE(text.find("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16"), std::string::npos);
   EXPECT_NE(text.find("cp.async.bulk.tensor.3d"), std::string::npos);
   EXPECT_NE(text.find("setmaxnreg"), std::string::npos);
+  EXPECT_NE(text.find(".multicast::cluster"), std::string::npos);
+  EXPECT_NE(text.find("mbarrier.arrive.shared::cluster.b64"), std::string::npos);
+  EXPECT_EQ(text.find("mbarrier.arrive.release.cluster"), std::string::npos);
   json req = gemm("float16", 512, 512, 512, false, false);
   req["backend"] = "cuda";
   req["template"] = "gemm";
@@ -778,6 +786,9 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   json sync_split = req;
   sync_split["params"] = {{"mma", "mma_sync"}, {"split_k", 2}};
   bad(sync_split, "/params/split_k", "wgmma");
+  json sync_cluster = req;
+  sync_cluster["params"] = {{"mma", "mma_sync"}, {"cluster_m", 2}};
+  bad(sync_cluster, "/params/cluster_m", "wgmma");
   json f32 = wg;
   f32["inputs"][0]["dtype"] = f32["inputs"][1]["dtype"] = f32["output"]["dtype"] = "float32";
   bad(f32, "/params/mma", "float16 or bfloat16");

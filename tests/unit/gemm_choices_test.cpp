@@ -1,6 +1,6 @@
 // The Hopper gemm's default search (GemmTemplate::default_choices on sm_90a): wgmma tilings
-// only, pruned by the cost model where the problem is compute-bound, split-K added where the
-// tiles leave SMs idle.
+// only, pruned by the cost model where the problem is compute-bound (which alone tries
+// clusters), split-K added where the tiles leave SMs idle.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -25,7 +25,7 @@ TensorMeta matrix(const std::string& name, int64_t batch, int64_t rows, int64_t 
   return t;
 }
 
-// "bm x bn / split" for each choice, all of them wgmma.
+// "bm x bn / split", and "c2" for a cluster of two, for each choice, all of them wgmma.
 std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
   TemplateRequest r;
   r.backend = Backend::kCuda;
@@ -37,16 +37,17 @@ std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, i
   for (const auto& c : Registry::builtin().find("gemm")->default_choices(r)) {
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
-               std::to_string(c.value("split_k", 1)));
+               std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) == 2 ? "c2" : ""));
   }
   return out;
 }
 
 TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
-  // 4096^3: 512 tiles of 128x256 (4 waves on 132 SMs); 64x128 and 128x64 tiles need 16
-  // waves of a quarter of the work at 0.7 of the efficiency: 1.43x the best, not tried.
+  // 4096^3: 512 tiles of 128x256 (4 waves on 132 SMs), also tried in clusters of two; 128x128
+  // with two consumers is 1.11x the best; 64x256 and 128x128 with one consumer 1.18x, and
+  // 64x128 and 128x64 tiles (16 waves of a quarter of the work at 0.7) 1.43x: not tried.
   EXPECT_EQ(hopper_choices(1, 4096, 4096, 4096),
-            (std::multiset<std::string>{"128x256/1", "128x256/1", "256x128/1", "128x128/1", "128x128/1", "64x256/1"}));
+            (std::multiset<std::string>{"128x256/1", "128x256/1", "256x128/1", "128x128/1", "128x256/1c2", "128x256/1c2"}));
 }
 
 TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
@@ -61,6 +62,10 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   EXPECT_EQ(gemv.size(), 10u);
   EXPECT_EQ(gemv.count("64x128/4"), 1u);
   EXPECT_EQ(gemv.count("64x128/2"), 1u);
+  // Neither tries clusters.
+  for (const auto* choices : {&small, &gemv}) {
+    for (const std::string& c : *choices) EXPECT_EQ(c.find("c2"), std::string::npos) << c;
+  }
   // Batched attention scores: 32 x 8 x 8 = 2048 tiles of 256, compute-bound by the model.
   EXPECT_EQ(hopper_choices(32, 2048, 2048, 128).count("64x128/1"), 0u);
 }
