@@ -15,7 +15,8 @@ products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias 
 
 Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
                            [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias_gelu]
-                           [--groups square,llm,bmm] [--budget-ms 100] [--jobs 16] [--params '{"mma": "wgmma", ...}']
+                           [--groups square,llm,bmm | --shapes 2048x11008x1024,...] [--budget-ms 100] [--jobs 16]
+                           [--params '{"mma": "wgmma", ...}']
 """
 import argparse
 import concurrent.futures
@@ -120,8 +121,10 @@ def main():
     ap.add_argument("--groups", default="square,llm,bmm")
     ap.add_argument("--budget-ms", type=float, default=100)
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
+    ap.add_argument("--shapes", default="", help="these shapes (BxMxNxK or MxNxK, comma-separated) instead of the suite's groups")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="requests in flight (compiles run in parallel)")
     ap.add_argument("--params", default="", help="tuning parameters (JSON) sent with every case instead of the defaults")
+    ap.add_argument("--options", default="", help="compile options (JSON) sent with every case, e.g. {\"defines\": {\"X\": \"1\"}}")
     ap.add_argument("--warm", action="store_true",
                     help="after the cold pass, send every case again, one at a time, and print each warm wall time")
     args = ap.parse_args()
@@ -130,6 +133,8 @@ def main():
     shapes = []
     for g in args.groups.split(","):
         shapes += {"square": SQUARE, "llm": LLM, "bmm": BMM}[g]
+    if args.shapes:
+        shapes = [tuple(([1] if len(d) == 3 else []) + d) for d in ([int(x) for x in t.split("x")] for t in args.shapes.split(","))]
     if args.only:
         keep = set(args.only.split(","))
         shapes = [s for s in shapes if "x".join(map(str, s[1:])) in keep or "x".join(map(str, s)) in keep]
@@ -165,6 +170,8 @@ def main():
                 body = request(*c, args.budget_ms)
                 if args.params:
                     body["params"] = json.loads(args.params)
+                if args.options:
+                    body["options"] = json.loads(args.options)
                 if args.autotune:
                     body["choices"] = "default"
                 futs.append(pool.submit(post, url, path, body))
@@ -202,6 +209,13 @@ def main():
                       f"runner phases of each choice (ms): "
                       f"{[{k: round(v) for k, v in c.get('benchmark', {}).get('phases_ms', {}).items()} for c in j.get('choices', [])]}",
                       flush=True)
+                # The ranking: each choice's median and what sets it apart from the default tiling.
+                print(f"{'':>42}ranked: " + "; ".join(
+                    f"{c.get('benchmark', {}).get('median_ms', float('nan')):.4f} "
+                    f"{c.get('params', {}).get('block_m')}x{c.get('params', {}).get('block_n')}"
+                    f"/s{c.get('params', {}).get('stages')}/w{c.get('params', {}).get('warps')}"
+                    f"/k{c.get('params', {}).get('split_k', 1)}/c{c.get('params', {}).get('cluster_m', 1)}"
+                    for c in j.get("choices", [])), flush=True)
             elif bench.get("phases_ms"):
                 print(f"{'':>42}runner phases (ms): {json.dumps({k: round(v, 1) for k, v in bench['phases_ms'].items()})}", flush=True)
         if args.warm:

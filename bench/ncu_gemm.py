@@ -9,6 +9,9 @@ ncu on the GPU host, e.g.:
         --section SpeedOfLight --section LaunchStats --section Occupancy \\
         python3 bench/ncu_gemm.py --kforge .device/bundle/bin/kforge --shape 4096x4096x4096 --params '{"mma": "wgmma"}'
 
+With --vendor it calls torch.mm instead, so that cuBLAS's kernel is profiled the same way
+(`-k regex:"gemm|nvjet|xmma"`: its name says its tile, cluster and schedule).
+
 The summaries kept per step are in docs/gpu/ (ncu_*.txt).
 """
 import argparse
@@ -24,13 +27,26 @@ import torch
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kforge", required=True)
+    ap.add_argument("--kforge", help="the kforge binary (not needed with --vendor)")
     ap.add_argument("--shape", default="4096x4096x4096", help="MxNxK")
     ap.add_argument("--dtype", default="float16")
     ap.add_argument("--params", default="", help="tuning parameters (JSON); the template's defaults if empty")
     ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--options", default="", help="compile options (JSON), e.g. {\"defines\": {\"X\": \"1\"}}")
+    ap.add_argument("--vendor", action="store_true", help="profile torch.mm (cuBLAS) on the same shape instead")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
+    dt = getattr(torch, args.dtype)
+    if args.vendor:
+        a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
+        torch.cuda.synchronize()
+        for _ in range(args.calls):
+            c = torch.mm(a, b)
+        torch.cuda.synchronize()
+        print(f"# torch.mm {args.dtype} {args.shape}: {c.shape}")
+        return
+    if not args.kforge:
+        ap.error("--kforge is required (or --vendor)")
     work = tempfile.mkdtemp(prefix="kforge-ncu-")
     os.chmod(work, 0o755)  # the sandbox uid must reach the cache
     proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache")],
@@ -42,6 +58,8 @@ def main():
                 "output": {"name": "C", "dtype": args.dtype, "sizes": [m, n]}}
         if args.params:
             body["params"] = json.loads(args.params)
+        if args.options:
+            body["options"] = json.loads(args.options)
         req = urllib.request.Request(url + "/kernels", json.dumps(body).encode(), {"Content-Type": "application/json"})
         j = json.load(urllib.request.urlopen(req, timeout=600))
         path = os.path.join(work, j["kernel_name"] + ".so")
@@ -51,7 +69,6 @@ def main():
         proc.terminate()
         proc.wait()
     print("# kernel", j["kernel_name"], json.dumps(j["template"]["params"]), flush=True)
-    dt = getattr(torch, args.dtype)
     t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
          "C": torch.empty(m, n, device="cuda", dtype=dt)}
     ws = torch.empty(max(1, j["abi"].get("workspace_bytes") or 0), device="cuda", dtype=torch.uint8)
