@@ -11,7 +11,7 @@ importable. Every row says which device and driver measured it.
 Shapes (issue 15): square 1024..8192; LLM projections, M in {1, 16, 128, 2048, 8192} against
 (N, K) in {(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)}; batched attention-like
 products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias + gelu epilogue.
---quick keeps one dtype, layout NN and no epilogue.
+--quick keeps one dtype, layout NN and no epilogue, unless --dtypes, --layouts or --epilogue say otherwise.
 
 Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
                            [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias_gelu]
@@ -114,10 +114,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kforge", required=True)
     ap.add_argument("--autotune", action="store_true", help="POST /autotune with the default choices (else the default parameters)")
-    ap.add_argument("--quick", action="store_true", help="float16, NN, no epilogue")
-    ap.add_argument("--dtypes", default="float16,bfloat16")
-    ap.add_argument("--layouts", default="nn,nt,tn,tt")
-    ap.add_argument("--epilogue", default="none,bias_gelu")
+    ap.add_argument("--quick", action="store_true", help="float16, NN, no epilogue (where --dtypes, --layouts, --epilogue are not given)")
+    ap.add_argument("--dtypes", help="default float16,bfloat16")
+    ap.add_argument("--layouts", help="default nn,nt,tn,tt")
+    ap.add_argument("--epilogue", help="default none,bias_gelu")
     ap.add_argument("--groups", default="square,llm,bmm")
     ap.add_argument("--budget-ms", type=float, default=100)
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
@@ -128,8 +128,9 @@ def main():
     ap.add_argument("--warm", action="store_true",
                     help="after the cold pass, send every case again, one at a time, and print each warm wall time")
     args = ap.parse_args()
-    if args.quick:
-        args.dtypes, args.layouts, args.epilogue = "float16", "nn", "none"
+    full, quick = ("float16,bfloat16", "nn,nt,tn,tt", "none,bias_gelu"), ("float16", "nn", "none")
+    args.dtypes, args.layouts, args.epilogue = (given or default for given, default in
+                                                zip((args.dtypes, args.layouts, args.epilogue), quick if args.quick else full))
     shapes = []
     for g in args.groups.split(","):
         shapes += {"square": SQUARE, "llm": LLM, "bmm": BMM}[g]
