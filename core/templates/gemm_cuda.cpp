@@ -399,7 +399,9 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
         *reinterpret_cast<uint4*>(p) = x;
       } else {
         const TC* e = reinterpret_cast<const TC*>(&x);
-        for (int k = 0; k < kN - n; ++k) p[k] = e[k];
+#pragma unroll
+        for (int k = 0; k < 8; ++k)  // constant indices keep x in registers (no local memory)
+          if (n + k < kN) p[k] = e[k];
       }
     }
     __syncwarp();
