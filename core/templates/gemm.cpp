@@ -149,11 +149,14 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
 
 constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
 
+// Output tiles of bm x bn over the batch.
+int64_t tile_count(const GemmProblem& g, int bm, int bn) { return g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn); }
+
 // How many ways to split K for bm x bn tiles on an H100's 132 SMs: none while the tiles fill
 // half of them; else as many as bring the units of work up to the SMs (at most 8), keeping
 // at least 4 K slices in each.
 int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
-  const int64_t tiles = g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn), slices = (g.K + 63) / 64;
+  const int64_t tiles = tile_count(g, bm, bn), slices = (g.K + 63) / 64;
   if (tiles * 2 >= kSms) return 1;
   int64_t split = std::min<int64_t>(8, kSms / tiles);
   while (split > 1 && slices / split < 4) --split;
@@ -443,10 +446,9 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
                                                      {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7},
                                                      {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
         auto estimate = [&](const Tiling& t) {
-          const int64_t tiles = g.batch * ((g.M + t.bm - 1) / t.bm) * ((g.N + t.bn - 1) / t.bn);
-          return double((tiles + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
+          return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
         };
-        const bool compute_bound = g.batch * ((g.M + 127) / 128) * ((g.N + 255) / 256) >= kSms;
+        const bool compute_bound = tile_count(g, 128, 256) >= kSms;
         double best = std::numeric_limits<double>::max();
         for (const Tiling& t : kTilings) best = std::min(best, estimate(t));
         for (const Tiling& t : kTilings) {
@@ -500,7 +502,7 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
     // K split where even those leave half the SMs idle. Problems whose 128x256 tiles fill
     // every SM run them in clusters of two that share B.
     req.spec.params = kWgmmaDefaults;
-    const int64_t tiles = g.batch * ((g.M + 127) / 128) * ((g.N + 255) / 256);
+    const int64_t tiles = tile_count(g, 128, 256);
     if (tiles >= kSms) req.spec.params["cluster_m"] = 2;
     if (tiles < 66) {
       req.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8},

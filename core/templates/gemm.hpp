@@ -43,6 +43,10 @@ struct TmaOperand {
 // stride, or a stride or the offset is not a multiple of 16 bytes. operand 0 is A, 1 is B.
 std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::string* why = nullptr);
 
+// The parts the Hopper kernel cuts K into for `split_k` (the splits left with K slices to do:
+// 64-deep slices shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1).
+int wgmma_splits(const GemmProblem& p, int split_k);
+
 // The cuda kernel a request's params select.
 enum class CudaMma { kMmaSync, kWgmma };
 CudaMma cuda_mma(const nlohmann::json& params);
@@ -62,10 +66,6 @@ std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, co
                             const EpilogueCode& ep, uint64_t& workspace_bytes);
 std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                              const EpilogueCode& ep, uint64_t& workspace_bytes);
-
-// The parts the Hopper kernel cuts K into for `split_k` (the splits left with K slices to do:
-// 64-deep slices shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1).
-int wgmma_splits(const GemmProblem& p, int split_k);
 std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                              const EpilogueCode& ep);
 std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,

@@ -245,11 +245,12 @@ constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
 constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
-constexpr int64_t TILES_M = (kM + BM - 1) / BM, TILES_N = (kN + BN - 1) / BN, TILES = TILES_M * TILES_N * kBatch;
+constexpr int64_t TILES_M = (kM + BM - 1) / BM, TILES_N = (kN + BN - 1) / BN;
 // A cluster's tiles are rows CLUSTER t .. CLUSTER t + CLUSTER - 1 of a column (the last
 // group may reach past M: TMA reads zeros there and nothing is stored).
 constexpr int64_t GROUPS_M = (TILES_M + CLUSTER - 1) / CLUSTER;
 constexpr int64_t UNITS = GROUPS_M * TILES_N * kBatch * SPLITS;  // per cluster
+constexpr int64_t REDUCE_QUADS = kBatch * kM * ((kN + 3) / 4);  // splitk_reduce's work: four outputs of a row each
 constexpr int64_t GROUP_M = 8;
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
@@ -351,6 +352,15 @@ __device__ __forceinline__ Tile tile_at(int64_t t, int rank) {
   return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
 }
 
+// A unit's part of its tile's K range: slices [k0, k1) of split `split`.
+struct Span {
+  int split, k0, k1;
+};
+__device__ __forceinline__ Span span_of(int64_t unit) {
+  const int split = int(unit % SPLITS), k0 = split * KPS;
+  return {split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES};
+}
+
 // Two adjacent outputs, rounded as kf_store rounds each.
 __device__ __forceinline__ void store_pair(TC* p, float x, float y) {
   if constexpr (std::is_same<TC, half>::value) {
@@ -428,8 +438,8 @@ __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_
 
 // C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
 __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C$EPPARAMS$) {
-  constexpr int64_t SLICE = kBatch * kM * kN, ROW_QUADS = (kN + 3) / 4, QUADS = kBatch * kM * ROW_QUADS;
-  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < QUADS; q += int64_t(gridDim.x) * blockDim.x) {
+  constexpr int64_t SLICE = kBatch * kM * kN, ROW_QUADS = (kN + 3) / 4;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < REDUCE_QUADS; q += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = row % kM;
     const int b = int(row / kM);
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -469,8 +479,8 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
   for (int64_t unit = first_unit; unit < UNITS; unit += unit_step) {
     const Tile tile = tile_at(unit / SPLITS, rank);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
-    const int k_end = int(unit % SPLITS) * KPS + KPS < KTILES ? int(unit % SPLITS) * KPS + KPS : KTILES;
-    for (int kt = int(unit % SPLITS) * KPS; kt < k_end; ++kt, ++it) {
+    const Span span = span_of(unit);
+    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
       const int s = int(it % STAGES);
       if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
       const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
@@ -513,14 +523,14 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
   int64_t it = 0;
   for (int64_t unit = first_unit; unit < UNITS; unit += unit_step) {
     const Tile tile = tile_at(unit / SPLITS, rank);
-    const int split = int(unit % SPLITS), k_begin = split * KPS, k_end = k_begin + KPS < KTILES ? k_begin + KPS : KTILES;
+    const Span span = span_of(unit);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
       fence_regs(acc[mi]);
     }
-    for (int kt = k_begin; kt < k_end; ++kt, ++it) {
+    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
       const int s = int(it % STAGES);
       mbar_wait(full + 8 * s, uint32_t(it / STAGES) & 1);
       const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
@@ -532,7 +542,7 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
-      if (kt > k_begin && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
+      if (kt > span.k0 && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
     }
     wgmma_wait<0>();
     if (tid == 0) release(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
@@ -542,7 +552,7 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
     const int b = tile.b;
     TC* const Cb = C + offC + int64_t(b) * sCb;
     if constexpr (SPLITS > 1) {
-      float* const Ws = W + (int64_t(split) * kBatch + b) * kM * kN;
+      float* const Ws = W + (int64_t(span.split) * kBatch + b) * kM * kN;
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, lane);
       continue;
@@ -669,8 +679,7 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W$EPPARAMS$, cudaStream
   config.gridDim = dim3(unsigned(UNITS < resident ? UNITS : resident) * CLUSTER);
   if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, C, W$EPARGS$)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
-  constexpr int64_t quads = kBatch * kM * ((kN + 3) / 4);
-  const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
+  const unsigned reduce_blocks = unsigned(REDUCE_QUADS / 256 + 1 < 8 * sms ? REDUCE_QUADS / 256 + 1 : 8 * sms);
   splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C$EPARGS$);
   return cudaGetLastError();
 }

@@ -22,7 +22,6 @@
 // A kernel that crashes or hangs takes the runner with it; the service reports that.
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <ffi.h>
 
@@ -43,6 +42,7 @@
 
 #include "core/abi.hpp"
 #include "core/bench/runner/device.hpp"
+#include "core/fsutil.hpp"
 #include "core/tensor.hpp"
 
 namespace kforge::runner {
@@ -281,28 +281,6 @@ void fill_normal(core::Dtype dtype, unsigned char* host, size_t bytes, uint64_t 
   });
 }
 
-// A whole file in one read (an autotune's saved inputs or reference outputs: tens of MiB,
-// which a stream iterator reads at a fraction of the disk's speed); empty when unreadable.
-std::vector<unsigned char> read_whole(const std::string& path) {
-  std::vector<unsigned char> data;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return data;
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
-    data.resize(size_t(st.st_size));
-    size_t got = 0;
-    while (got < data.size()) {
-      const ssize_t n = ::read(fd, data.data() + got, data.size() - got);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      got += size_t(n);
-    }
-    data.resize(got);
-  }
-  ::close(fd);
-  return data;
-}
-
 // A kernel's output against the reference's: the tensor's own elements (not the gaps of a
 // strided view), in chunks on every core (one core took 0.44-0.67 s per 4096^3 fp16 choice
 // of an autotune on an H100, its largest phase).
@@ -373,8 +351,8 @@ json bench(Device& dev, const json& req) {
   // than drawing them again (0.25 s a choice for a 4096^3 fp16 gemm on an H100).
   const std::string inputs_file = req.value("inputs_file", "");
   const std::string tag = json{{"seed", seed}, {"tensors", req.at("tensors")}}.dump() + "\n";
-  std::vector<unsigned char> saved;
-  if (!inputs_file.empty()) saved = read_whole(inputs_file);
+  std::string saved;  // empty when there is no such file yet
+  if (!inputs_file.empty()) saved = core::read_file(inputs_file).value_or(std::string());
   const bool reuse = saved.size() == tag.size() + total && std::equal(tag.begin(), tag.end(), saved.begin());
   size_t at = tag.size();
   uint64_t tensor_index = 0;
@@ -438,8 +416,8 @@ json bench(Device& dev, const json& req) {
     const std::string saved = r.value("outputs_file", "");
     size_t total = 0;
     for (const auto& o : outputs) total += buffers.at(o).bytes;
-    std::vector<unsigned char> blob;
-    if (!saved.empty()) blob = read_whole(saved);
+    std::string blob;
+    if (!saved.empty()) blob = core::read_file(saved).value_or(std::string());
     if (blob.size() == total && total > 0) {
       size_t at = 0;
       for (const auto& o : outputs) {
