@@ -117,6 +117,7 @@ core::JobQueue::Work Server::build_work(core::BuildPlan plan, nlohmann::json ben
       if (plan.prepared.req.backend == core::Backend::kCpu) opts.runner_env = core::vendor_env(plan.prepared.cpu);
       std::optional<nlohmann::json> reference;
       const core::KernelRequest& req = plan.prepared.req;
+      if (req.tmpl) opts.problem = req.tmpl->to_json();  // the request's tensors, not those of whoever built the kernel
       if (opts.verify && req.tmpl && svc_.bencher.available(req.backend)) {
         core::KernelRequest r = req;
         r.reference = true;
@@ -187,8 +188,10 @@ void Server::post_kernel(const httplib::Request& req, httplib::Response& res) {
   info["key"] = plan->key();
   info["kernel_name"] = plan->kernel_name();
 
+  // A build is shared by every request of its kernel; a benchmark only by the same request
+  // (a kernel that takes M at run time is one key for every M, each timed on its own tensors).
   std::string flight = plan->key();
-  if (!kreq->benchmark.is_null()) flight += " benchmark " + kreq->benchmark.dump();
+  if (!kreq->benchmark.is_null()) flight += " benchmark " + kreq->benchmark.dump() + " of " + plan->prepared.request_key;
   auto submitted = jobs_.submit(info, flight, build_work(*plan, kreq->benchmark));
   if (!submitted) return send_error(res, submitted.error());
   const auto job = submitted->job;

@@ -123,6 +123,9 @@ def main():
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
     ap.add_argument("--shapes", default="", help="these shapes (BxMxNxK or MxNxK, comma-separated) instead of the suite's groups")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="requests in flight (compiles run in parallel)")
+    ap.add_argument("--compile-jobs", type=int, default=0,
+                    help="the service's compile workers (default: --jobs); with --jobs 1, cases run one after the other "
+                         "and each autotune still compiles its choices in parallel")
     ap.add_argument("--params", default="", help="tuning parameters (JSON) sent with every case instead of the defaults")
     ap.add_argument("--options", default="", help="compile options (JSON) sent with every case, e.g. {\"defines\": {\"X\": \"1\"}}")
     ap.add_argument("--warm", action="store_true",
@@ -146,7 +149,7 @@ def main():
     os.chmod(work, 0o755)  # the sandbox uid must reach the cache
     log_path = os.path.join(work, "server.log")
     proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache"),
-                             "--compile-jobs", str(args.jobs),
+                             "--compile-jobs", str(args.compile_jobs or args.jobs),
                              # an autotune queues a compile per choice (the default search: up to 16)
                              "--max-queue", str((16 if args.autotune else 4) * len(cases) + 16)],
                             stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True)

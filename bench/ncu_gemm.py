@@ -71,15 +71,21 @@ def main():
     print("# kernel", j["kernel_name"], json.dumps(j["template"]["params"]), flush=True)
     t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
          "C": torch.empty(m, n, device="cuda", dtype=dt)}
-    ws = torch.empty(max(1, j["abi"].get("workspace_bytes") or 0), device="cuda", dtype=torch.uint8)
     fn = getattr(ctypes.CDLL(path), j["kernel_name"])
-    argv = []
-    for a in j["abi"]["args"]:
-        if a["kind"] == "tensor": argv.append(ctypes.c_void_p(t[a["binds"]].data_ptr()))
-        elif a["kind"] == "scalar": argv.append(ctypes.c_int64(a["value"]))
-        elif a["kind"] == "workspace": argv.append(ctypes.c_void_p(ws.data_ptr()))
-        elif a["kind"] == "workspace_size": argv.append(None)
-        else: argv.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+    def call_args(ws, ws_size=None):  # M is an argument where the kernel takes any M (no "value")
+        argv = []
+        for a in j["abi"]["args"]:
+            if a["kind"] == "tensor": argv.append(ctypes.c_void_p(t[a["binds"]].data_ptr()))
+            elif a["kind"] == "scalar": argv.append(ctypes.c_int64(a.get("value", m)))
+            elif a["kind"] == "workspace": argv.append(ctypes.c_void_p(ws.data_ptr()) if ws is not None else None)
+            elif a["kind"] == "workspace_size": argv.append(ws_size)
+            else: argv.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        return argv
+    size = ctypes.c_size_t(0)
+    assert fn(*call_args(None, ctypes.byref(size))) == 0
+    ws = torch.empty(max(1, size.value), device="cuda", dtype=torch.uint8)
+    argv = call_args(ws)
     for _ in range(args.calls):
         rc = fn(*argv)
         assert rc == 0, rc

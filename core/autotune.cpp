@@ -59,6 +59,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   }
   BenchOptions opts = BenchOptions::from_json(base.benchmark.is_null() ? json::object() : base.benchmark);
   if (base.backend == Backend::kCpu) opts.runner_env = vendor_env(prepared->cpu);
+  if (base.tmpl) opts.problem = base.tmpl->to_json();  // what every choice runs on (its kernel may serve other M too)
   const json device = bencher_.device_identity(std::string(backend_name(base.backend)));
 
   // The autotune key: the request without its parameters, the choices, the device.

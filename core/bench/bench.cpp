@@ -19,27 +19,47 @@ namespace {
 
 size_t index_of(Backend b) { return static_cast<size_t>(b); }
 
-// The gemm's vendor call, from the template spec in the manifest.
-std::optional<json> vendor_request(const json& manifest) {
-  if (!manifest.contains("template") || manifest["template"].value("template", "") != "gemm") return std::nullopt;
-  const json& t = manifest["template"];
+// The template a run is for: the request's, else the one the manifest was built for.
+const json& template_of(const json& manifest, const BenchOptions& o) {
+  static const json kNone;
+  if (o.problem.is_object()) return o.problem;
+  const auto it = manifest.find("template");
+  return it != manifest.end() ? *it : kNone;
+}
+
+// The gemm problem of a template spec (as the manifest and request store it), if it is a gemm.
+std::optional<templates::GemmProblem> gemm_of(const json& t) {
+  if (!t.is_object() || t.value("template", "") != "gemm") return std::nullopt;
   TemplateSpec spec;
   for (const auto& in : t["inputs"]) spec.inputs.push_back(*parse_tensor(in, "", true));
   spec.output = *parse_tensor(t["output"], "", true);
-  const auto g = templates::gemm_problem(spec);
+  return templates::gemm_problem(spec);
+}
+
+// Whether the ABI has a size the caller gives at run time (no fixed value).
+bool has_runtime_scalars(const json& abi) {
+  return std::any_of(abi["args"].begin(), abi["args"].end(), [](const json& a) { return a["kind"] == "scalar" && !a.contains("value"); });
+}
+
+// The gemm's vendor call, from the template spec.
+std::optional<json> vendor_request(const json& t) {
+  const auto problem = gemm_of(t);
+  if (!problem) return std::nullopt;
+  const auto& g = *problem;
   return json{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"batch", g.batch}, {"dtype", dtype_name(g.ab)},
               {"out_dtype", dtype_name(g.out)}, {"sAb", g.sAb}, {"sAm", g.sAm}, {"sAk", g.sAk}, {"sBb", g.sBb},
               {"sBk", g.sBk}, {"sBn", g.sBn}, {"sCb", g.sCb}, {"sCm", g.sCm}, {"sCn", g.sCn}, {"offA", g.offA},
-              {"offB", g.offB}, {"offC", g.offC}, {"a", spec.inputs[0].name}, {"b", spec.inputs[1].name},
-              {"c", spec.output.name}};
+              {"offB", g.offB}, {"offC", g.offC}, {"a", t["inputs"][0]["name"]}, {"b", t["inputs"][1]["name"]},
+              {"c", t["output"]["name"]}};
 }
 
 // TensorMeta for every tensor argument: the template's own, or the client's (source mode).
 std::optional<json> tensors_for(const json& manifest, const BenchOptions& o, std::string& why) {
   json out = json::array();
   if (manifest.contains("template")) {
-    for (const auto& in : manifest["template"]["inputs"]) out.push_back(in);
-    out.push_back(manifest["template"]["output"]);
+    const json& t = template_of(manifest, o);
+    for (const auto& in : t["inputs"]) out.push_back(in);
+    out.push_back(t["output"]);
     return out;
   }
   const json& args = manifest["abi"]["args"];
@@ -207,10 +227,15 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
   const std::string key = manifest.value("key", "");
   // A result answers for a device and for what ran on it: a template kernel's tensors are
   // its own, a source-mode kernel's are the request's (other tensors: another result).
+  // A template kernel that takes M at run time is the same kernel for every M: its result
+  // is keyed by the tensors it ran on as well.
   std::string name = digest;
   if (!manifest.contains("template")) {
     const json workload = {{"inputs", o.inputs}, {"output", o.output}, {"extra_args", o.extra_args}};
     name += "-" + sha256_hex(workload.dump()).substr(0, 16);
+  } else if (has_runtime_scalars(manifest["abi"])) {
+    const json& t = template_of(manifest, o);
+    name += "-" + sha256_hex(json{{"inputs", t["inputs"]}, {"output", t["output"]}}.dump()).substr(0, 16);
   }
   const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
   if (!o.force) {
@@ -237,6 +262,8 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
       if (a["kind"] == "scalar" && i < o.extra_args.size()) scalars[a["name"].get<std::string>()] = o.extra_args[i++];
     }
     req["scalars"] = scalars;
+  } else if (const auto g = gemm_of(template_of(manifest, o))) {  // the sizes of the problem at hand
+    req["scalars"] = {{"M", g->M}, {"N", g->N}, {"K", g->K}, {"batch", g->batch}};
   }
   if (o.verify && reference) {
     req["reference"] = {{"artifact", (store_.entry_dir(reference->value("key", "")) / "kernel.so").string()},
@@ -245,7 +272,9 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
   }
   if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
   if (o.vendor) {
-    if (auto v = vendor_request(manifest)) req["vendor"] = *v;
+    if (manifest.contains("template")) {
+      if (auto v = vendor_request(template_of(manifest, o))) req["vendor"] = *v;
+    }
   }
   json result;
   {

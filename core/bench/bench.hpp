@@ -4,7 +4,9 @@
 // reads the result. A kernel that crashes, hangs or returns non-zero gives a failed result
 // with the reason; the service is never at risk. One benchmark runs at a time per device,
 // so timings do not disturb each other. Successful results are stored in the kernel's cache
-// entry under bench/<device-digest>.json and reused unless `force` is asked.
+// entry under bench/<device-digest>.json (bench/<device-digest>-<workload>.json where the
+// tensors are the caller's: source mode, and template kernels that take M at run time) and
+// reused unless `force` is asked.
 // Where the host has no device for a backend, the result is {"status": "unavailable"}.
 #pragma once
 
@@ -34,6 +36,10 @@ struct BenchOptions {
   nlohmann::json inputs;      // source mode: TensorMeta bound to the const tensor args in order
   nlohmann::json output;      // source mode: TensorMeta bound to the written tensor arg
   nlohmann::json extra_args;  // source mode: values of the scalar args in order
+  // Template mode: the request's template (name, tensors, params). A kernel that takes M at
+  // run time serves requests of every M, and its manifest keeps only the first one's; this
+  // says which M to run (default: the manifest's).
+  nlohmann::json problem;
   std::string reference_outputs;  // where the runner may save/reuse the reference's outputs
   std::string saved_inputs;       // ... and the seeded inputs (checked against seed and tensors)
   std::vector<std::string> runner_env;  // this run's NAME=value entries (see vendor_env)

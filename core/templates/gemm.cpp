@@ -302,6 +302,19 @@ std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::st
   return t;
 }
 
+bool runtime_m(const TemplateRequest& req, const GemmProblem& p) {
+  if (req.backend != Backend::kCuda || (p.ab != Dtype::kFloat16 && p.ab != Dtype::kBFloat16)) return false;
+  if (p.batch != 1 || p.M < 2 || p.sAk != 1 || p.sAm < p.K || p.sCn != 1 || p.sCm < p.N) return false;
+  for (const auto& op : req.spec.epilogue) {
+    if (op.input < 0) continue;
+    const TensorMeta& t = req.spec.inputs[static_cast<size_t>(op.input)];
+    if (t.rank() < 2 || t.sizes[t.rank() - 2] == 1) continue;  // broadcast over M
+    const size_t m = t.rank() - 2, n = t.rank() - 1;
+    if (t.sizes[n] > 1 && t.strides[m] < t.strides[n] * t.sizes[n]) return false;
+  }
+  return true;
+}
+
 CudaMma cuda_mma(const json& params) {
   // Read before apply_param_specs() checks types: a `mma` that is not a string (5, null,
   // ["wgmma"]) selects nothing here and is refused there, naming /params/mma.
@@ -519,7 +532,9 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
 
 Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference) const {
   const GemmProblem g = gemm_problem(req.spec);
-  KernelSignature sig(req, {{"M", "int64_t", g.M}, {"N", "int64_t", g.N}, {"K", "int64_t", g.K}, {"batch", "int64_t", g.batch}});
+  const bool any_m = runtime_m(req, g);
+  KernelSignature sig(req, {{"M", "int64_t", any_m ? std::nullopt : std::optional<int64_t>(g.M)},
+                            {"N", "int64_t", g.N}, {"K", "int64_t", g.K}, {"batch", "int64_t", g.batch}});
   EpilogueCode ep = gemm_epilogue(req, sig);
   Rendered out;
   uint64_t workspace = 0;
@@ -535,7 +550,8 @@ Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference
     out.family = "gemm";
   }
   out.abi = sig.abi();
-  out.abi.workspace_bytes = workspace;
+  // A workspace that grows with a run-time M is the kernel's to say for each M (split_k x M x N x 4 bytes).
+  if (!any_m || workspace == 0) out.abi.workspace_bytes = workspace;
   return out;
 }
 

@@ -47,6 +47,15 @@ std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::st
 // 64-deep slices shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1).
 int wgmma_splits(const GemmProblem& p, int split_k);
 
+// Whether the kernel takes M at run time instead of being compiled for the request's M: the
+// ABI's M then has no value, the source does not mention M, and one compile (one kernel key)
+// serves every M. Where no stride depends on M: cuda with 16-bit operands (the tensor-core
+// kernels and their reference), one batch, M >= 2 (a size-1 dimension's stride says nothing),
+// and M the outermost dimension of every tensor that has one (A with unit K stride, C with
+// unit N stride, epilogue inputs that are not broadcast over M), so the request's strides
+// hold for any M. The caller's tensors then have the request's strides and M rows.
+bool runtime_m(const TemplateRequest& req, const GemmProblem& p);
+
 // The cuda kernel a request's params select.
 enum class CudaMma { kMmaSync, kWgmma };
 CudaMma cuda_mma(const nlohmann::json& params);

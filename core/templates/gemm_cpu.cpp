@@ -186,8 +186,7 @@ static void keep_block(float* block) {
 
 extern "C" )") << sig.declaration() << s.apply(R"( {
   if (workspace_size) { *workspace_size = $WS$; return 0; }
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
-)") << sig.null_checks("  ") << s.apply(R"(  if (kAccInWorkspace && workspace == nullptr) return 3;
+$SHAPE_CHECK$)") << sig.null_checks("  ") << s.apply(R"(  if (kAccInWorkspace && workspace == nullptr) return 3;
   constexpr int64_t kNcp = ((kN < NC ? kN : NC) + NR - 1) / NR * NR, kBp = kKC * kNcp;
   constexpr int64_t kMpanels = (kM + MR - 1) / MR;
   // B panels per group: a group stays in L2 (half of 1 MiB) while each A micro-panel sweeps it.

@@ -92,7 +92,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 template <bool VEC_A, bool VEC_B>
-__global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C$EPPARAMS$) {
+__global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C, int64_t M$EPPARAMS$) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* const As = reinterpret_cast<T*>(smem_raw);
   T* const Bs = As + STAGES * A_TILE;
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
 
   auto load_stage = [&](int stage, int64_t kt) {
     const int64_t k0 = kt * BK;
-    if (A_MMAJOR) load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, k0, kK, sAk, m0, kM, sAm);
-    else load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, m0, kM, sAm, k0, kK, sAk);
+    if (A_MMAJOR) load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, k0, kK, sAk, m0, M, sAm);
+    else load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, m0, M, sAm, k0, kK, sAk);
     if (B_KMAJOR) load_tile<B_ROWS, B_COLS, VEC_B>(Bs + stage * B_TILE, Bb, n0, kN, sBn, k0, kK, sBk);
     else load_tile<B_ROWS, B_COLS, VEC_B>(Bs + stage * B_TILE, Bb, k0, kK, sBk, n0, kN, sBn);
   };
@@ -182,29 +182,29 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
       for (int e = 0; e < 4; ++e) {
         const int64_t m = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
         const int64_t n = n0 + wn * WTN + j * 8 + 2 * (lane % 4) + (e % 2);
-        if (m < kM && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n$EPARGS$));
+        if (m < M && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n$EPARGS$));
       }
 }
 
 template <bool VEC_A, bool VEC_B>
-cudaError_t launch(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream) {
+cudaError_t launch(const T* A, const T* B, TC* C, int64_t M$EPPARAMS$, cudaStream_t stream) {
   static bool configured = false;  // the attribute is per kernel; set once per process
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(gemm_tc<VEC_A, VEC_B>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
-  gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C$EPARGS$);
+  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((M + BM - 1) / BM), unsigned(kBatch));
+  gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, M$EPARGS$);
   return cudaGetLastError();
 }
 
 // 16-byte vectors need 16-byte aligned bases as well as the strides checked at render time.
-cudaError_t run(const T* A, const T* B, TC* C$EPPARAMS$, cudaStream_t stream) {
+cudaError_t run(const T* A, const T* B, TC* C, int64_t M$EPPARAMS$, cudaStream_t stream) {
   const bool va = $a_vec$ && reinterpret_cast<uintptr_t>(A) % 16 == 0;
   const bool vb = $b_vec$ && reinterpret_cast<uintptr_t>(B) % 16 == 0;
-  return va ? (vb ? launch<true, true>(A, B, C$EPARGS$, stream) : launch<true, false>(A, B, C$EPARGS$, stream))
-            : (vb ? launch<false, true>(A, B, C$EPARGS$, stream) : launch<false, false>(A, B, C$EPARGS$, stream));
+  return va ? (vb ? launch<true, true>(A, B, C, M$EPARGS$, stream) : launch<true, false>(A, B, C, M$EPARGS$, stream))
+            : (vb ? launch<false, true>(A, B, C, M$EPARGS$, stream) : launch<false, false>(A, B, C, M$EPARGS$, stream));
 }
 }  // namespace tc
 )";
@@ -214,8 +214,7 @@ constexpr const char* kTensorCoreEntry = R"(
 
 extern "C" $DECL$ {
   if (workspace_size) { *workspace_size = 0; return 0; }
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
-$NULLCHECKS$  return tc::run($A$, $B$, $C$$EPARGS$, stream) == cudaSuccess ? 0 : 3;
+$SHAPE_CHECK$$NULLCHECKS$  return tc::run($A$, $B$, $C$, M$EPARGS$, stream) == cudaSuccess ? 0 : 3;
 }
 )";
 
@@ -245,13 +244,20 @@ constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
 constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
-constexpr int64_t TILES_M = (kM + BM - 1) / BM, TILES_N = (kN + BN - 1) / BN;
-// A cluster's tiles are rows CLUSTER t .. CLUSTER t + CLUSTER - 1 of a column (the last
-// group may reach past M: TMA reads zeros there and nothing is stored).
-constexpr int64_t GROUPS_M = (TILES_M + CLUSTER - 1) / CLUSTER;
-constexpr int64_t UNITS = GROUPS_M * TILES_N * kBatch * SPLITS;  // per cluster
-constexpr int64_t REDUCE_QUADS = kBatch * kM * ((kN + 3) / 4);  // splitk_reduce's work: four outputs of a row each
+constexpr int64_t TILES_N = (kN + BN - 1) / BN, ROW_QUADS = (kN + 3) / 4;  // splitk_reduce: four outputs of a row a thread
 constexpr int64_t GROUP_M = 8;
+// What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
+// CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
+// is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
+struct Rows {
+  int64_t M, groups_m, units;
+};
+__host__ __device__ __forceinline__ Rows rows_of(int64_t M) {
+  const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
+  return {M, groups_m, groups_m * TILES_N * kBatch * SPLITS};
+}
+// split-K's partial sums: SPLITS float slices of [batch][M][N].
+size_t workspace_bytes(int64_t M) { return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0; }
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
 constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
@@ -343,11 +349,12 @@ struct Tile {
   int b, m0, n0;
 };
 // `rank`: the block's place in its cluster, whose tiles are consecutive rows.
-__device__ __forceinline__ Tile tile_at(int64_t t, int rank) {
-  constexpr int64_t PER_BATCH = GROUPS_M * TILES_N, GROUP = GROUP_M * TILES_N;
-  const int b = int(t / PER_BATCH);
-  const int64_t r = t % PER_BATCH, first = r / GROUP * GROUP_M;
-  const int64_t rows = GROUPS_M - first < GROUP_M ? GROUPS_M - first : GROUP_M;
+__device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
+  constexpr int64_t GROUP = GROUP_M * TILES_N;
+  const int64_t per_batch = groups_m * TILES_N;  // one batch: no 64-bit division by it
+  const int b = kBatch == 1 ? 0 : int(t / per_batch);
+  const int64_t r = kBatch == 1 ? t : t % per_batch, first = r / GROUP * GROUP_M;
+  const int64_t rows = groups_m - first < GROUP_M ? groups_m - first : GROUP_M;
   const int64_t tm = first + (r % GROUP) % rows, tn = (r % GROUP) / rows;
   return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
 }
@@ -374,8 +381,8 @@ __device__ __forceinline__ void store_pair(TC* p, float x, float y) {
 }
 
 // The epilogue of one output, or 0 outside C (where it must not read its inputs).
-__device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n$EPPARAMS$) {
-  return m < kM && n < kN ? kf_epilogue(v, b, m, n$EPARGS$) : 0.0f;
+__device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n, int64_t M$EPPARAMS$) {
+  return m < M && n < kN ? kf_epilogue(v, b, m, n$EPARGS$) : 0.0f;
 }
 
 // A consumer warp's accumulators of one 64-row wgmma tile: warp w holds rows 16w + lane/4
@@ -384,7 +391,7 @@ __device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n$
 // j ^ (r % 8), so that neither the pair writes nor the vector reads share a bank), so each
 // global store is a whole 16-byte vector, 8 lanes to a 128-byte row.
 __device__ __forceinline__ void store_staged(const float* acc, unsigned char* buf, TC* Cb, int b, int64_t row0, int64_t n0,
-                                             int lane$EPPARAMS$) {
+                                             int64_t M, int lane$EPPARAMS$) {
 #pragma unroll
   for (int c = 0; c < BN / 64; ++c) {
 #pragma unroll
@@ -394,7 +401,7 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
         const int r = lane / 4 + 8 * h, j = c * 8 + u;
         const int64_t m = row0 + r, n = n0 + j * 8 + 2 * (lane % 4);
         TC pair[2];
-        store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n$EPARGS$), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1$EPARGS$));
+        store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n, M$EPARGS$), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$));
         *reinterpret_cast<uint32_t*>(buf + r * 128 + ((u ^ (r % 8)) * 16) + (lane % 4) * 4) = *reinterpret_cast<const uint32_t*>(pair);
       }
     __syncwarp();
@@ -403,7 +410,7 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
       const int v = i * 32 + lane, r = v / 8, u = v % 8;
       const int64_t m = row0 + r, n = n0 + c * 64 + u * 8;
       const uint4 x = *reinterpret_cast<const uint4*>(buf + r * 128 + ((u ^ (r % 8)) * 16));
-      if (m >= kM || n >= kN) continue;
+      if (m >= M || n >= kN) continue;
       TC* const p = Cb + m * sCm + n;
       if (n + 8 <= kN) {
         *reinterpret_cast<uint4*>(p) = x;
@@ -419,13 +426,13 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
 }
 
 // A split's partial sums, as floats, to its [batch][M][N] slice of the workspace.
-__device__ __forceinline__ void store_partial(const float* acc, float* W, int64_t row0, int64_t n0, int lane) {
+__device__ __forceinline__ void store_partial(const float* acc, float* W, int64_t row0, int64_t n0, int64_t M, int lane) {
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t m = row0 + lane / 4 + 8 * h, n = n0 + j * 8 + 2 * (lane % 4);
-      if (m >= kM) continue;
+      if (m >= M) continue;
       float* const p = W + m * kN + n;
       if (kN % 2 == 0 && n + 1 < kN) {
         *reinterpret_cast<float2*>(p) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
@@ -437,22 +444,22 @@ __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_
 }
 
 // C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
-__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C$EPPARAMS$) {
-  constexpr int64_t SLICE = kBatch * kM * kN, ROW_QUADS = (kN + 3) / 4;
-  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < REDUCE_QUADS; q += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = row % kM;
-    const int b = int(row / kM);
+__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M$EPPARAMS$) {
+  const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
+    const int b = kBatch == 1 ? 0 : int(row / M);
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const float* w = W + row * kN + n;
     if (kN % 4 == 0) {
 #pragma unroll
       for (int s = 0; s < SPLITS; ++s) {
-        const float4 x = *reinterpret_cast<const float4*>(w + s * SLICE);
+        const float4 x = *reinterpret_cast<const float4*>(w + s * slice);
         v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
       }
     } else {
       for (int s = 0; s < SPLITS; ++s)
-        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * SLICE + e];
+        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * slice + e];
     }
     TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
 #pragma unroll
@@ -474,10 +481,10 @@ __device__ __forceinline__ void release(uint32_t bar) {
 
 // The producer thread: the TMA loads of every unit's K slices, STAGES ahead of the consumers.
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
-                                        int64_t first_unit, int64_t unit_step) {
+                                        const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
-  for (int64_t unit = first_unit; unit < UNITS; unit += unit_step) {
-    const Tile tile = tile_at(unit / SPLITS, rank);
+  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
+    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
     const Span span = span_of(unit);
     for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
@@ -512,7 +519,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
 
 // The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
 __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
-                                        unsigned char* epi, int wg, int tid, int rank, int64_t first_unit, int64_t unit_step$EPPARAMS$) {
+                                        unsigned char* epi, int wg, int tid, int rank, const Rows rows, int64_t first_unit, int64_t unit_step$EPPARAMS$) {
   // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
   // columns 8j + 2 (lane % 4) (+1).
   const int warp = tid / 32, lane = tid % 32;
@@ -521,8 +528,9 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
   unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
-  for (int64_t unit = first_unit; unit < UNITS; unit += unit_step) {
-    const Tile tile = tile_at(unit / SPLITS, rank);
+  const int64_t M = rows.M;
+  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
+    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
     const Span span = span_of(unit);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
@@ -552,14 +560,14 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
     const int b = tile.b;
     TC* const Cb = C + offC + int64_t(b) * sCb;
     if constexpr (SPLITS > 1) {
-      float* const Ws = W + (int64_t(span.split) * kBatch + b) * kM * kN;
+      float* const Ws = W + (int64_t(span.split) * kBatch + b) * M * kN;
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, lane);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
       continue;
     }
     if (staged) {
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, Cb, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, lane$EPARGS$);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, Cb, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane$EPARGS$);
       continue;
     }
 #pragma unroll
@@ -570,7 +578,7 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
         for (int h = 0; h < 2; ++h) {
           const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
           const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
-          if (m >= kM) continue;
+          if (m >= M) continue;
           const float v0 = acc[mi][j * 4 + 2 * h], v1 = acc[mi][j * 4 + 2 * h + 1];
           TC* const p = Cb + m * sCm + n * sCn;
           if (pairs && n + 1 < kN) {
@@ -587,7 +595,7 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
 // into the next unit while the consumers store this one. `it` counts K slices across units,
 // so stage and phase carry over.
 __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                                                         TC* __restrict__ C, float* __restrict__ W$EPPARAMS$) {
+                                                         TC* __restrict__ C, float* __restrict__ W, const Rows rows$EPPARAMS$) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
@@ -607,10 +615,10 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
 
   if (wg == CONSUMERS) {  // producer
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid == 0) produce(tmA, tmB, base, full, empty, rank, first_unit, unit_step);
+    if (tid == 0) produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
   } else {
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    consume(C, W, base, full, empty, epi, wg, tid, rank, first_unit, unit_step$EPARGS$);
+    consume(C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step$EPARGS$);
   }
   // A block leaves only once its peer is done: until then the peer may multicast into this
   // block's shared memory or arrive on its barriers.
@@ -645,7 +653,7 @@ cudaError_t make_map(CUtensorMap* map, const T* base, uint64_t inner, uint64_t o
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-cudaError_t launch(const T* A, const T* B, TC* C, float* W$EPPARAMS$, cudaStream_t stream) {
+cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M$EPPARAMS$, cudaStream_t stream) {
   if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
   CUtensorMap ma, mb;
   cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
@@ -676,11 +684,13 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W$EPPARAMS$, cudaStream
     if (clusters == 0) return cudaErrorInvalidConfiguration;
     resident = clusters;
   }
-  config.gridDim = dim3(unsigned(UNITS < resident ? UNITS : resident) * CLUSTER);
-  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, C, W$EPARGS$)) != cudaSuccess) return e;
+  const Rows rows = rows_of(M);
+  config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
+  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, C, W, rows$EPARGS$)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
-  const unsigned reduce_blocks = unsigned(REDUCE_QUADS / 256 + 1 < 8 * sms ? REDUCE_QUADS / 256 + 1 : 8 * sms);
-  splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C$EPARGS$);
+  const int64_t quads = kBatch * M * ROW_QUADS;
+  const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
+  splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C, M$EPARGS$);
   return cudaGetLastError();
 }
 }  // namespace wg
@@ -690,13 +700,12 @@ constexpr const char* kWgmmaEntry = R"(
 }  // namespace
 
 extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = $workspace_bytes$; return 0; }  // split-K's partial sums
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
-$NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time);
+  if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // split-K's partial sums
+$SHAPE_CHECK$$NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time);
   // a view that starts mid-vector runs on the mma_sync kernel instead.
   const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0;
-  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace)$EPARGS$, stream)
-                                : tc::run($A$, $B$, $C$$EPARGS$, stream);
+  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M$EPARGS$, stream)
+                                : tc::run($A$, $B$, $C$, M$EPARGS$, stream);
   return e == cudaSuccess ? 0 : 3;
 }
 )";
@@ -770,8 +779,7 @@ __global__ void __launch_bounds__(THREADS) gemm_simt(const T* __restrict__ A, co
 
 extern "C" $DECL$ {
   if (workspace_size) { *workspace_size = 0; return 0; }
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
-$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
+$SHAPE_CHECK$$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
   gemm_simt<<<grid, THREADS, 0, stream>>>($A$, $B$, $C$$EPARGS$);
   return cudaGetLastError() == cudaSuccess ? 0 : 3;
 }
@@ -782,8 +790,10 @@ $NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / B
 std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                              const EpilogueCode& ep, uint64_t& workspace_bytes) {
   const auto& q = req.spec.params;
+  const bool any_m = runtime_m(req, p);
   Subst s;
   set_problem(s, p);
+  s.set("SHAPE_CHECK", shape_check(any_m));
   s.set("bm", q["block_m"].get<int>()).set("bn", q["block_n"].get<int>()).set("bk", q["block_k"].get<int>());
   s.set("warps", q["warps"].get<int>()).set("stages", q["stages"].get<int>());
   s.set("A", sig.arg(0)).set("B", sig.arg(1)).set("C", sig.out_arg());
@@ -797,7 +807,7 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
   s.set("mma_type", mma_type);
   const bool wgmma = cuda_mma(q) == CudaMma::kWgmma;  // check() allows it for 16-bit types only
   std::ostringstream src;
-  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s)
+  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, any_m)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
       << ep.function;
   if (p.ab == Dtype::kFloat32) {
@@ -811,13 +821,16 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
     const auto ta = tma_operand(p, 0), tb = tma_operand(p, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
     const int split_k = wgmma_splits(p, q["split_k"].get<int>());
-    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;
-    s.set("split_k", split_k).set("workspace_bytes", std::to_string(workspace_bytes) + "u").set("cluster_m", q["cluster_m"].get<int>());
+    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;  // at the request's M
+    s.set("split_k", split_k).set("cluster_m", q["cluster_m"].get<int>());
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {
       s.set(std::string(prefix) + "inner", t.inner).set(std::string(prefix) + "outer", t.outer).set(std::string(prefix) + "batch", t.batch);
       s.set(std::string(prefix) + "outer_stride", t.outer_stride).set(std::string(prefix) + "batch_stride", t.batch_stride);
+    }
+    if (any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
+      s.set("a_outer", "M").set("a_batch_stride", "(uint64_t(M) * " + std::to_string(ta->outer_stride) + " + 7) / 8 * 8");
     }
     s.set("tma_dtype", p.ab == Dtype::kBFloat16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16");
     s.set("wgmma_fn", wgmma_function(q["block_n"].get<int>(), mma_type, ta->kmajor, tb->kmajor));

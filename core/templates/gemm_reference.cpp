@@ -10,12 +10,14 @@ namespace kforge::core::templates {
 
 std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                                   const EpilogueCode& ep) {
+  const bool any_m = runtime_m(req, p);  // cpu: never
   Subst s;
   set_problem(s, p);
+  s.set("SHAPE_CHECK", shape_check(any_m));
   s.set("TA", element_ctype(req.backend, p.ab)).set("TC", element_ctype(req.backend, p.out));
   s.set("A", sig.arg(0)).set("B", sig.arg(1)).set("C", sig.out_arg()).set("EPARGS", ep.args).set("EPPARAMS", ep.params);
   std::ostringstream src;
-  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s) << ep.function;
+  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s, any_m) << ep.function;
   const std::string body = R"(
   double acc = 0.0;
   for (int64_t k = 0; k < kK; ++k) {
@@ -28,8 +30,7 @@ std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem&
 
 extern "C" )") << sig.declaration() << s.apply(R"( {
   if (workspace_size) { *workspace_size = 0; return 0; }
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;
-)") << sig.null_checks("  ") << s.apply(R"(  const $TA$* pa = $A$;
+$SHAPE_CHECK$)") << sig.null_checks("  ") << s.apply(R"(  const $TA$* pa = $A$;
   const $TA$* pb = $B$;
   $TC$* pc = $C$;
 #pragma omp parallel for collapse(2) schedule(static)
@@ -43,20 +44,19 @@ extern "C" )") << sig.declaration() << s.apply(R"( {
   }
   const bool cuda = req.backend == Backend::kCuda;
   src << s.apply(R"(
-__global__ void gemm_reference(const $TA$* __restrict__ pa, const $TA$* __restrict__ pb, $TC$* __restrict__ pc$EPPARAMS$) {
+__global__ void gemm_reference(const $TA$* __restrict__ pa, const $TA$* __restrict__ pb, $TC$* __restrict__ pc, int64_t M$EPPARAMS$) {
   const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t m = int64_t(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t b = blockIdx.z;
-  if (m >= kM || n >= kN) return;)" + body + R"(}
+  if (m >= M || n >= kN) return;)" + body + R"(}
 
 }  // namespace
 
 extern "C" )") << sig.declaration() << s.apply(R"( {
   if (workspace_size) { *workspace_size = 0; return 0; }
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;
-)") << sig.null_checks("  ") << s.apply(std::string(R"(  dim3 block(16, 16);
-  dim3 grid(unsigned((kN + 15) / 16), unsigned((kM + 15) / 16), unsigned(kBatch));
-  gemm_reference<<<grid, block, 0, stream>>>($A$, $B$, $C$$EPARGS$);
+$SHAPE_CHECK$)") << sig.null_checks("  ") << s.apply(std::string(R"(  dim3 block(16, 16);
+  dim3 grid(unsigned((kN + 15) / 16), unsigned((M + 15) / 16), unsigned(kBatch));
+  gemm_reference<<<grid, block, 0, stream>>>($A$, $B$, $C$, M$EPARGS$);
   return )") + (cuda ? "cudaGetLastError() == cudaSuccess" : "hipGetLastError() == hipSuccess") + R"( ? 0 : 3;
 }
 )");

@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(THREADS) gemm_lds(const T* __restrict__ A, con
 
 extern "C" $DECL$ {
   if (workspace_size) { *workspace_size = 0; return 0; }
-  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape
-$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
+$SHAPE_CHECK$$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
   hipLaunchKernelGGL(gemm_lds, grid, dim3(THREADS), 0, stream, $A$, $B$, $C$$EPARGS$);
   return hipGetLastError() == hipSuccess ? 0 : 3;
 }

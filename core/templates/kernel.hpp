@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ std::string prelude(Backend backend);
 struct ScalarArg {
   std::string name;
   std::string ctype = "int64_t";
-  int64_t value = 0;
+  std::optional<int64_t> value;  // fixed by the rendering; none: the kernel takes any value at run time
 };
 
 class KernelSignature {

@@ -84,20 +84,37 @@ class Kernel:
         self.fn = getattr(ctypes.CDLL(path), self.j["kernel_name"])
         self.fn.restype = ctypes.c_int
 
-    def __call__(self, tensors):
-        # The workspace the manifest asks for (split-K's partial sums), filled with NaN so that
-        # a kernel that reads what it did not write shows it.
-        nbytes = self.j["abi"].get("workspace_bytes", 0)
-        if nbytes and getattr(self, "workspace", None) is None:
-            self.workspace = torch.full(((nbytes + 3) // 4,), float("nan"), device="cuda", dtype=torch.float32)
-        args = []
+    def args(self, tensors, sizes, workspace_size=None, workspace=None):
+        """The call's arguments in ABI order: a scalar the template fixed takes its value, one
+        it left to run time (M) takes sizes[name]."""
+        out = []
         for a in self.j["abi"]["args"]:
-            if a["kind"] == "tensor": args.append(ctypes.c_void_p(tensors[a["binds"]].data_ptr()))
-            elif a["kind"] == "scalar": args.append(ctypes.c_int64(a["value"]))
-            elif a["kind"] == "workspace": args.append(ctypes.c_void_p(self.workspace.data_ptr()) if nbytes else None)
-            elif a["kind"] == "workspace_size": args.append(None)
-            else: args.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        rc = self.fn(*args)
+            if a["kind"] == "tensor": out.append(ctypes.c_void_p(tensors[a["binds"]].data_ptr()) if tensors else None)
+            elif a["kind"] == "scalar": out.append(ctypes.c_int64(a["value"] if "value" in a else sizes[a["name"]]))
+            elif a["kind"] == "workspace": out.append(ctypes.c_void_p(workspace.data_ptr()) if workspace is not None else None)
+            elif a["kind"] == "workspace_size": out.append(workspace_size)
+            else: out.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+        return out
+
+    def workspace_size(self, sizes):
+        """The kernel's answer to the workspace query at these sizes (no tensor touched)."""
+        size = ctypes.c_size_t(0)
+        rc = self.fn(*self.args(None, sizes, ctypes.byref(size)))
+        if rc != 0:
+            raise RuntimeError(f"{self.j['kernel_name']} workspace query returned {rc}")
+        if self.j["abi"].get("workspace_bytes") is not None and size.value != self.j["abi"]["workspace_bytes"]:
+            raise RuntimeError(f"workspace query says {size.value} bytes, the manifest {self.j['abi']['workspace_bytes']}")
+        return size.value
+
+    def __call__(self, tensors, sizes=None):
+        # The workspace the kernel asks for at these sizes (split-K's partial sums; the manifest
+        # says the same where the sizes are fixed), filled with NaN so that a kernel that reads
+        # what it did not write shows it.
+        nbytes = self.workspace_size(sizes)
+        workspace = None
+        if nbytes:
+            workspace = torch.full(((nbytes + 3) // 4,), float("nan"), device="cuda", dtype=torch.float32)
+        rc = self.fn(*self.args(tensors, sizes, workspace=workspace))
         if rc != 0:
             raise RuntimeError(f"{self.j['kernel_name']} returned {rc}")
 
@@ -114,7 +131,7 @@ def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, pa
     k = Kernel(url, body, workdir)
     names = {"A": A, "B": B, "C": C}
     names.update({n: e for n, e in extra})
-    k(names)
+    k(names, {"M": M})
     torch.cuda.synchronize()
     ref = epilogue_ref(A.double() @ B.double(), ops, inputs)
     # A cast in the epilogue rounds to that dtype: judge at the coarsest dtype involved.
@@ -136,7 +153,7 @@ def run_views(url, workdir, dtype, A, B, arch, params=None):
             "inputs": [meta("A", A), meta("B", B)], "output": meta("C", C)}
     if params: body["params"] = params
     k = Kernel(url, body, workdir)
-    k({"A": A, "B": B, "C": C})
+    k({"A": A, "B": B, "C": C}, {"M": A.shape[-2]})
     torch.cuda.synchronize()
     ref = A.double() @ B.double()
     rtol, atol = TOL[dtype]
@@ -160,6 +177,57 @@ def run_case_misaligned(url, workdir, dtype, params):
     A = store[1:].view(M, K)
     B = torch.randn(K, N, device="cuda").to(DT[dtype])
     return run_views(url, workdir, dtype, A, B, "sm_90a", params)
+
+
+def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
+    """A kernel built for M0 rows takes M as an argument (its ABI's M has no value): called on
+    M rows for every M of Ms (tensors of the request's strides), it must agree with float64
+    each time; a request for another M gets the same kernel from the cache, and the service
+    benchmarks and verifies it at that request's M."""
+    bias = torch.randn(N, device="cuda", dtype=torch.float32)
+
+    def tensors(M):
+        A = torch.randn(M, K, device="cuda").to(DT[dtype])
+        B = torch.randn(K, N, device="cuda").to(DT[dtype])
+        res = torch.randn(M, N, device="cuda").to(DT[dtype])
+        return {"A": A, "B": B, "C": torch.empty(M, N, device="cuda", dtype=DT[dtype]), "bias": bias, "res": res}
+
+    def body(M):
+        t = tensors(M)
+        b = {"backend": "cuda", "arch": "sm_90a", "template": "gemm", "params": params,
+             "inputs": [meta(n, t[n]) for n in ("A", "B", "bias", "res")], "output": meta("C", t["C"]), "epilogue": list(ops)}
+        return b
+    k = Kernel(url, dict(body(M0), benchmark={"verify": True}), workdir)
+    if k.j.get("benchmark", {}).get("status") != "ok" or not k.j["benchmark"].get("verify", {}).get("passed"):
+        raise RuntimeError(f"the service's benchmark at M={M0}: {json.dumps(k.j.get('benchmark'))[:1500]}")
+    if any(a["name"] == "M" and "value" in a for a in k.j["abi"]["args"]):
+        raise RuntimeError(f"M is fixed in the ABI: {k.j['abi']['args']}")
+    worst = 0.0
+    for M in Ms:
+        t = tensors(M)
+        k(t, {"M": M})
+        torch.cuda.synchronize()
+        ref = epilogue_ref(t["A"].double() @ t["B"].double(), ops, [t["A"], t["B"], t["bias"], t["res"]])
+        rtol, atol = TOL[dtype]
+        err = (t["C"].double() - ref).abs()
+        if not bool((err <= atol * math.sqrt(K) + rtol * ref.abs()).all()):
+            raise RuntimeError(f"M={M}: max_abs_err {float(err.max()):.3g}")
+        worst = max(worst, float(err.max()))
+    # Two other M at once: the same kernel from the cache, each benchmarked on its own tensors
+    # (not the M0 result stored in the entry they share, nor each other's: the runner's
+    # workspace_bytes is the kernel's answer at the request's M).
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda M: (M, post(url, "/kernels", dict(body(M), benchmark={"verify": True}))), Ms[-2:]))
+    for M, (st, j) in answers:
+        if st != 200 or j["key"] != k.j["key"] or j["cache"] not in ("hit", "joined"):
+            raise RuntimeError(f"M={M}: HTTP {st}, cache {j.get('cache')}, key {j.get('key')} vs {k.j['key']}")
+        b = j.get("benchmark", {})
+        if b.get("status") != "ok" or not b.get("verify", {}).get("passed") or b.get("cached"):
+            raise RuntimeError(f"the service's benchmark at M={M}: {json.dumps(b)[:1500]}")
+        if b.get("workspace_bytes") != k.workspace_size({"M": M}):
+            raise RuntimeError(f"M={M}: benchmarked with {b.get('workspace_bytes')} workspace bytes, the kernel needs "
+                               f"{k.workspace_size({'M': M})} there: another M's tensors")
+    return True, worst, k.j
 
 
 def sass_has_hgmma(url, workdir):
@@ -339,6 +407,17 @@ def main():
         report("wgmma float16 cluster_m 2 split_k 3 200x392x800", run_case, url=url, workdir=work, dtype="float16",
                M=200, N=392, K=800, ta=False, tb=False, arch="sm_90a",
                params={**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8, "split_k": 3})
+        # M as an argument: one kernel for every M (ragged, smaller and larger than the one it
+        # was built for), with split-K (whose workspace grows with M), clusters (an odd number
+        # of tile rows) and an epilogue with an [M, N] input.
+        chain = [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}]
+        for dtype, params, M0, Ms in (
+                ("float16", wide, 4096, [1, 17, 130, 520, 1000]),
+                ("bfloat16", {"block_m": 128, "block_n": 128, "block_k": 64, "warps": 12, "stages": 6, "mma": "wgmma"}, 256, [1, 64, 255, 1031]),
+                ("float16", {**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8, "split_k": 3, "cluster_m": 1}, 16, [1, 16, 65, 300])):
+            report(f"wgmma {dtype} runtime M {params['block_m']}x{params['block_n']} c{params.get('cluster_m', 1)} "
+                   f"s{params.get('split_k', 1)}", run_case_runtime_m, url=url, workdir=work, dtype=dtype, params=params,
+                   M0=M0, Ms=Ms, N=392, K=800, ops=chain)
         report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]

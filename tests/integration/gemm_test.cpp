@@ -715,7 +715,9 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     SCOPED_TRACE(std::to_string(B) + "x" + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K));
     EXPECT_EQ(r.body["template"]["params"]["block_m"], 64);
     EXPECT_EQ(r.body["template"]["params"]["split_k"], split);
-    EXPECT_EQ(r.body["workspace_bytes"], split > 1 ? int64_t(split) * B * M * N * 4 : 0);
+    // A kernel that takes M at run time (one batch, M > 1) says its workspace per M, when asked.
+    const bool any_m = B == 1 && M > 1;
+    EXPECT_EQ(r.body["workspace_bytes"], split > 1 && any_m ? json(nullptr) : json(split > 1 ? int64_t(split) * B * M * N * 4 : 0));
   }
   // The PTX holds the Hopper instructions: the m64n256k16 wgmma, the TMA tile copy and, in a
   // cluster, its multicast; a stage goes back to the peer block by a plain remote arrive (a
@@ -801,6 +803,98 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   auto fb = post_json(*server_, "/kernels", fallback.dump());
   ASSERT_EQ(fb.status, 200) << fb.raw.substr(0, 2000);
   EXPECT_EQ(fb.body["template"]["params"]["mma"], "mma_sync");
+}
+
+TEST_F(Gemm, CudaTensorCoreKernelsTakeMAtRunTimeWhereNoStrideDependsOnIt) {
+  if (!get(*server_, "/toolchains").body["cuda"].value("available", false)) {
+    if (const char* req = std::getenv("KFORGE_REQUIRE_BACKENDS"); req && std::string(req).find("cuda") != std::string::npos) FAIL() << "cuda required";
+    GTEST_SKIP() << "no nvcc";
+  }
+  auto cuda = [](json body, const std::string& arch) {
+    body["backend"] = "cuda";
+    body["template"] = "gemm";
+    body["arch"] = arch;
+    return body;
+  };
+  auto render = [&](const json& body) {
+    auto r = post_json(*server_, "/render", body.dump());
+    EXPECT_EQ(r.status, 200) << r.raw.substr(0, 2000);
+    return r.body;
+  };
+  auto m_arg = [](const json& abi) {
+    for (const auto& a : abi["args"]) {
+      if (a["name"] == "M") return a;
+    }
+    return json();
+  };
+  // Row-major A and C, one batch: the Hopper default, its split-K default for few rows, and
+  // mma_sync render one source for every M (so one key and one compile), without kM; the ABI's
+  // M has no value and the wrappers take it.
+  const json residual = tensor("res", "float16", {0, 4096});  // sizes[0] set per M below
+  for (auto [arch, M1, M2] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
+           {"sm_90a", 2048, 8192}, {"sm_90a", 16, 24}, {"sm_80", 100, 3000}}) {
+    SCOPED_TRACE(arch + " M " + std::to_string(M1) + " and " + std::to_string(M2));
+    auto at = [&](int64_t M) {
+      json b = cuda(gemm("float16", M, 4096, 4096, false, false), arch);
+      json res = residual;
+      res["sizes"][0] = M;
+      b["inputs"].push_back(tensor("bias", "float32", {4096}));
+      b["inputs"].push_back(res);
+      b["epilogue"] = {{{"op", "add"}, {"input", 2}}, {{"op", "mul"}, {"input", 3}}};
+      return render(b);
+    };
+    const json a = at(M1), b = at(M2);
+    EXPECT_EQ(a["key"], b["key"]);
+    EXPECT_EQ(a["source"], b["source"]);
+    EXPECT_EQ(a["template"]["params"], b["template"]["params"]);
+    EXPECT_FALSE(m_arg(a["abi"]).contains("value")) << a["abi"].dump();
+    EXPECT_EQ(m_arg(a["abi"])["kind"], "scalar");
+    EXPECT_EQ(a["source"].get<std::string>().find("kM"), std::string::npos);
+    EXPECT_NE(a["source"].get<std::string>().find("M > (int64_t(1) << 31) - 256"), std::string::npos);
+    EXPECT_NE(a["wrapper"]["python"].get<std::string>().find("M, N=4096, K=4096, batch=1"), std::string::npos)
+        << a["wrapper"]["python"];
+  }
+  // Where a stride depends on M, or the kernel is not a tensor-core one, M stays fixed: one
+  // row (its stride says nothing), a batch (the batch strides are M x K and M x N), A
+  // column-major (its K stride is M), an epilogue input whose M dimension is not outermost,
+  // float32 (the SIMT kernel) and the cpu.
+  json one_row = cuda(gemm("float16", 1, 4096, 4096, false, false), "sm_90a");
+  json batched = cuda(gemm("float16", 256, 512, 256, false, false), "sm_90a");
+  batched["inputs"] = {tensor("A", "float16", {2, 256, 256}), tensor("B", "float16", {2, 256, 512})};
+  batched["output"] = tensor("C", "float16", {2, 256, 512});
+  json a_colmajor = cuda(gemm("float16", 256, 512, 256, true, false), "sm_90a");
+  json transposed_input = cuda(gemm("float16", 256, 512, 256, false, false), "sm_90a");
+  transposed_input["inputs"].push_back(tensor("res", "float16", {256, 512}, {1, 256}));
+  transposed_input["epilogue"] = {{{"op", "add"}, {"input", 2}}};
+  json f32 = cuda(gemm("float32", 256, 512, 256, false, false), "sm_90a");
+  json cpu = gemm("float32", 256, 512, 256, false, false);
+  cpu["backend"] = "cpu";
+  cpu["template"] = "gemm";
+  for (const auto& [what, body] : std::vector<std::pair<std::string, json>>{
+           {"one row", one_row}, {"batched", batched}, {"A column-major", a_colmajor}, {"transposed epilogue input", transposed_input},
+           {"float32", f32}, {"cpu", cpu}}) {
+    const json r = render(body);
+    EXPECT_EQ(m_arg(r["abi"]).value("value", int64_t(-1)), body["output"]["sizes"][body["output"]["sizes"].size() - 2].get<int64_t>())
+        << what << ": " << r["abi"].dump();
+    EXPECT_NE(r["source"].get<std::string>().find("kM = "), std::string::npos) << what;
+  }
+  // The cache: a kernel built for one M is a hit for another, and its manifest says M is open.
+  json first = cuda(gemm("float16", 96, 136, 72, false, false), "sm_80");
+  first["params"] = {{"block_m", 64}, {"block_n", 64}, {"block_k", 32}, {"warps", 4}, {"stages", 2}, {"mma", "mma_sync"}};
+  json second = first;
+  second["inputs"][0]["sizes"][0] = 333;
+  second["inputs"][0].erase("strides");
+  second["output"]["sizes"][0] = 333;
+  second["output"].erase("strides");
+  auto r1 = post_json(*server_, "/kernels", first.dump());
+  ASSERT_EQ(r1.status, 200) << r1.raw.substr(0, 3000);
+  EXPECT_EQ(r1.body["cache"], "miss");
+  auto r2 = post_json(*server_, "/kernels", second.dump());
+  ASSERT_EQ(r2.status, 200) << r2.raw.substr(0, 3000);
+  EXPECT_EQ(r2.body["cache"], "hit");
+  EXPECT_EQ(r2.body["key"], r1.body["key"]);
+  EXPECT_FALSE(m_arg(r2.body["abi"]).contains("value"));
+  EXPECT_EQ(r2.body["workspace_bytes"], 0);
 }
 
 TEST_F(Gemm, RocmCasesCompileAndGfx90aFloat16UsesMfma) {
