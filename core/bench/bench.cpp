@@ -41,11 +41,8 @@ bool has_runtime_scalars(const json& abi) {
   return std::any_of(abi["args"].begin(), abi["args"].end(), [](const json& a) { return a["kind"] == "scalar" && !a.contains("value"); });
 }
 
-// The gemm's vendor call, from the template spec.
-std::optional<json> vendor_request(const json& t) {
-  const auto problem = gemm_of(t);
-  if (!problem) return std::nullopt;
-  const auto& g = *problem;
+// The gemm's vendor call: problem `g` of template spec `t`.
+json vendor_request(const templates::GemmProblem& g, const json& t) {
   return json{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"batch", g.batch}, {"dtype", dtype_name(g.ab)},
               {"out_dtype", dtype_name(g.out)}, {"sAb", g.sAb}, {"sAm", g.sAm}, {"sAk", g.sAk}, {"sBb", g.sBb},
               {"sBk", g.sBk}, {"sBn", g.sBn}, {"sCb", g.sCb}, {"sCm", g.sCm}, {"sCn", g.sCn}, {"offA", g.offA},
@@ -253,6 +250,8 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
   auto tensors = tensors_for(manifest, o, why);
   if (!tensors) return {{"status", "failed"}, {"reason", why}};
   const fs::path dir = store_.entry_dir(key);
+  // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
+  const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
   json req = {{"mode", "bench"}, {"artifact", (dir / "kernel.so").string()}, {"abi", manifest["abi"]},
               {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
   if (o.extra_args.is_array()) {
@@ -262,8 +261,8 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
       if (a["kind"] == "scalar" && i < o.extra_args.size()) scalars[a["name"].get<std::string>()] = o.extra_args[i++];
     }
     req["scalars"] = scalars;
-  } else if (const auto g = gemm_of(template_of(manifest, o))) {  // the sizes of the problem at hand
-    req["scalars"] = {{"M", g->M}, {"N", g->N}, {"K", g->K}, {"batch", g->batch}};
+  } else if (gemm) {  // the sizes of the problem at hand
+    req["scalars"] = {{"M", gemm->M}, {"N", gemm->N}, {"K", gemm->K}, {"batch", gemm->batch}};
   }
   if (o.verify && reference) {
     req["reference"] = {{"artifact", (store_.entry_dir(reference->value("key", "")) / "kernel.so").string()},
@@ -271,11 +270,7 @@ json Bencher::run(const json& manifest, const BenchOptions& o, const std::option
     if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
   }
   if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
-  if (o.vendor) {
-    if (manifest.contains("template")) {
-      if (auto v = vendor_request(template_of(manifest, o))) req["vendor"] = *v;
-    }
-  }
+  if (o.vendor && gemm) req["vendor"] = vendor_request(*gemm, template_of(manifest, o));
   json result;
   {
     std::lock_guard<std::mutex> lock(device_locks_[index_of(*backend)]);

@@ -531,9 +531,9 @@ Result<void> GemmTemplate::check(TemplateRequest& req) const {
 }
 
 Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference) const {
-  const GemmProblem g = gemm_problem(req.spec);
-  const bool any_m = runtime_m(req, g);
-  KernelSignature sig(req, {{"M", "int64_t", any_m ? std::nullopt : std::optional<int64_t>(g.M)},
+  GemmProblem g = gemm_problem(req.spec);
+  g.any_m = runtime_m(req, g);
+  KernelSignature sig(req, {{"M", "int64_t", g.any_m ? std::nullopt : std::optional<int64_t>(g.M)},
                             {"N", "int64_t", g.N}, {"K", "int64_t", g.K}, {"batch", "int64_t", g.batch}});
   EpilogueCode ep = gemm_epilogue(req, sig);
   Rendered out;
@@ -551,7 +551,7 @@ Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference
   }
   out.abi = sig.abi();
   // A workspace that grows with a run-time M is the kernel's to say for each M (split_k x M x N x 4 bytes).
-  if (!any_m || workspace == 0) out.abi.workspace_bytes = workspace;
+  if (!g.any_m || workspace == 0) out.abi.workspace_bytes = workspace;
   return out;
 }
 

@@ -27,6 +27,7 @@ struct GemmProblem {
   int64_t sBb = 0, sBk = 0, sBn = 0, offB = 0;
   int64_t sCb = 0, sCm = 0, sCn = 0, offC = 0;
   bool rank3 = false;
+  bool any_m = false;  // the kernel takes M as an argument: runtime_m(), set by GemmTemplate::render
 };
 
 GemmProblem gemm_problem(const TemplateSpec& spec);

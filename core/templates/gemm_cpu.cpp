@@ -28,7 +28,7 @@ std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, co
   const int vec = q["vec"];
   s.set("BCAST", vec == 16 ? "_mm512_set1_ps" : vec == 8 ? "_mm256_set1_ps" : "_mm_set1_ps");
   std::ostringstream src;
-  src << prelude(req.backend) << "#include <atomic>\n\nnamespace {\n" << problem_constants(s) << s.apply(R"(
+  src << prelude(req.backend) << "#include <atomic>\n\nnamespace {\n" << problem_constants(s, p) << s.apply(R"(
 constexpr int MR = $mr$, NR = $nr$, VEC = $vec$, MC = $mc$, KC = $kc$, NC = $nc$, THREADS = $threads$;
 constexpr int NV = NR / VEC;
 constexpr bool kSplitK = kK > KC;

@@ -790,10 +790,8 @@ $SHAPE_CHECK$$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM 
 std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                              const EpilogueCode& ep, uint64_t& workspace_bytes) {
   const auto& q = req.spec.params;
-  const bool any_m = runtime_m(req, p);
   Subst s;
   set_problem(s, p);
-  s.set("SHAPE_CHECK", shape_check(any_m));
   s.set("bm", q["block_m"].get<int>()).set("bn", q["block_n"].get<int>()).set("bk", q["block_k"].get<int>());
   s.set("warps", q["warps"].get<int>()).set("stages", q["stages"].get<int>());
   s.set("A", sig.arg(0)).set("B", sig.arg(1)).set("C", sig.out_arg());
@@ -807,7 +805,7 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
   s.set("mma_type", mma_type);
   const bool wgmma = cuda_mma(q) == CudaMma::kWgmma;  // check() allows it for 16-bit types only
   std::ostringstream src;
-  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, any_m)
+  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, p)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
       << ep.function;
   if (p.ab == Dtype::kFloat32) {
@@ -829,7 +827,7 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
       s.set(std::string(prefix) + "inner", t.inner).set(std::string(prefix) + "outer", t.outer).set(std::string(prefix) + "batch", t.batch);
       s.set(std::string(prefix) + "outer_stride", t.outer_stride).set(std::string(prefix) + "batch_stride", t.batch_stride);
     }
-    if (any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
+    if (p.any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
       s.set("a_outer", "M").set("a_batch_stride", "(uint64_t(M) * " + std::to_string(ta->outer_stride) + " + 7) / 8 * 8");
     }
     s.set("tma_dtype", p.ab == Dtype::kBFloat16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16");

@@ -10,14 +10,12 @@ namespace kforge::core::templates {
 
 std::string render_gemm_reference(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
                                   const EpilogueCode& ep) {
-  const bool any_m = runtime_m(req, p);  // cpu: never
   Subst s;
   set_problem(s, p);
-  s.set("SHAPE_CHECK", shape_check(any_m));
   s.set("TA", element_ctype(req.backend, p.ab)).set("TC", element_ctype(req.backend, p.out));
   s.set("A", sig.arg(0)).set("B", sig.arg(1)).set("C", sig.out_arg()).set("EPARGS", ep.args).set("EPPARAMS", ep.params);
   std::ostringstream src;
-  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s, any_m) << ep.function;
+  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s, p) << ep.function;
   const std::string body = R"(
   double acc = 0.0;
   for (int64_t k = 0; k < kK; ++k) {

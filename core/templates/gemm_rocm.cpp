@@ -174,7 +174,7 @@ std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, c
   const std::string marker = "__global__ void __launch_bounds__";
   kernel.insert(kernel.find(marker), step);
   std::ostringstream src;
-  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s)
+  src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s, p)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
       << ep.function << kernel;
   return src.str();

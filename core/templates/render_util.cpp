@@ -28,24 +28,21 @@ void set_problem(Subst& s, const GemmProblem& p) {
   s.set("sAb", p.sAb).set("sAm", p.sAm).set("sAk", p.sAk).set("offA", p.offA);
   s.set("sBb", p.sBb).set("sBk", p.sBk).set("sBn", p.sBn).set("offB", p.offB);
   s.set("sCb", p.sCb).set("sCm", p.sCm).set("sCn", p.sCn).set("offC", p.offC);
-  s.set("SHAPE_CHECK", shape_check(false));
+  s.set("SHAPE_CHECK",
+        p.any_m ? "  if (M < 0 || M > (int64_t(1) << 31) - 256 || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one N, K, batch\n"
+                  "  if (M == 0) return 0;\n"
+                : "  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape\n");
 }
 
-std::string problem_constants(const Subst& s, bool runtime_m) {
+std::string problem_constants(const Subst& s, const GemmProblem& p) {
   return s.apply(
-      std::string(runtime_m ? "// The problem this kernel was rendered for, but M: it takes any M as an argument.\n"
+      std::string(p.any_m ? "// The problem this kernel was rendered for, but M: it takes any M as an argument.\n"
                             "constexpr int64_t kN = $kN$, kK = $kK$, kBatch = $kBatch$;\n"
                           : "// The problem this kernel was rendered for.\n"
                             "constexpr int64_t kM = $kM$, kN = $kN$, kK = $kK$, kBatch = $kBatch$;\n") +
       "constexpr int64_t sAb = $sAb$, sAm = $sAm$, sAk = $sAk$, offA = $offA$;  // A[b][m][k]\n"
       "constexpr int64_t sBb = $sBb$, sBk = $sBk$, sBn = $sBn$, offB = $offB$;  // B[b][k][n]\n"
       "constexpr int64_t sCb = $sCb$, sCm = $sCm$, sCn = $sCn$, offC = $offC$;  // C[b][m][n]\n");
-}
-
-std::string shape_check(bool runtime_m) {
-  if (!runtime_m) return "  if (M != kM || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one shape\n";
-  return "  if (M < 0 || M > (int64_t(1) << 31) - 256 || N != kN || K != kK || batch != kBatch) return 2;  // compiled for one N, K, batch\n"
-         "  if (M == 0) return 0;\n";
 }
 
 }  // namespace kforge::core::templates

@@ -22,12 +22,12 @@ class Subst {
   std::map<std::string, std::string> vars_;
 };
 
+// The problem's sizes, strides and offsets, and $SHAPE_CHECK$: the entry's check of its size
+// arguments (returning 2), the shape it was rendered for or, with p.any_m, that shape with any
+// M a 32-bit TMA coordinate reaches (M = 0: nothing to do).
 void set_problem(Subst& s, const GemmProblem& p);
-// "constexpr int64_t kM = 127, ...; constexpr int64_t sAm = ..., ...;". With `runtime_m`
-// (gemm.hpp) there is no kM: the kernels take M as an argument.
-std::string problem_constants(const Subst& s, bool runtime_m = false);
-// The entry's check of its size arguments (returning 2): the shape it was rendered for, or
-// with `runtime_m` that shape with any M a 32-bit TMA coordinate reaches (M = 0: nothing to do).
-std::string shape_check(bool runtime_m);
+// "constexpr int64_t kM = 127, ...; constexpr int64_t sAm = ..., ...;"; with p.any_m there is
+// no kM: the kernels take M as an argument.
+std::string problem_constants(const Subst& s, const GemmProblem& p);
 
 }  // namespace kforge::core::templates
