@@ -442,13 +442,16 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         // at least once, the problem is compute-bound and a cost model prunes before anything
         // compiles: a tiling's time is its waves (units of work over the SMs, rounded up) times
         // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
-        // down to 0.7 for 64x128: rough figures read off the suite runs in docs/BENCHMARKS.md,
+        // down to 0.7 for 64x128 and 0.5 for 64x64: rough figures read off the suite runs in docs/BENCHMARKS.md,
         // not a fit); tilings estimated 15 % or more behind the best are not tried (at 4096^3
-        // that leaves 6 of 10, as many as a cold autotune times in 15 s). Only these problems
+        // that leaves 6 of 11, as many as a cold autotune times in 15 s). Only these problems
         // try 128x256 in clusters of two, which move a third less through L2 and won the wide
         // LLM projections but lose a little where tiles are few. Smaller problems are memory-
         // or latency-bound, where the model ranks badly (128x64 won 128x4096x4096), so they
-        // try every tiling without clusters.
+        // try every tiling without clusters, 64x64 tiles too (2-3 % ahead of the searched ones at
+        // 128x4096x4096 and 128x4096x11008). Where M fits one 64-row tile (decode: M of 1 to 64),
+        // a taller tile only computes zeros: they ranked below every 64-row tiling in all 8 such
+        // autotunes of docs/gpu/runtime_m_autotune_h100.txt, so only 64-row tilings are tried.
         const GemmProblem g = gemm_problem(req.spec);
         struct Tiling {
           int bm, bn, warps, stages;
@@ -456,7 +459,7 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
           int cluster_m = 1;
         };
         static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
-                                                     {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7},
+                                                     {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
                                                      {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
         auto estimate = [&](const Tiling& t) {
           return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
@@ -465,7 +468,7 @@ std::vector<json> GemmTemplate::default_choices(const TemplateRequest& req) cons
         double best = std::numeric_limits<double>::max();
         for (const Tiling& t : kTilings) best = std::min(best, estimate(t));
         for (const Tiling& t : kTilings) {
-          if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1) continue;
+          if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
           out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
                          {"cluster_m", t.cluster_m}, {"mma", "wgmma"}});
         }

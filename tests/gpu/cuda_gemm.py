@@ -351,7 +351,7 @@ def main():
             report(f"wgmma {dtype} misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype, params=None)
         tmpl_choices = []
         for bm, bn, w, st in ((128, 256, 12, 4), (128, 256, 12, 3), (256, 128, 12, 4), (128, 128, 12, 6), (128, 128, 8, 6),
-                              (64, 256, 8, 5), (64, 128, 8, 8), (128, 64, 12, 8)):
+                              (64, 256, 8, 5), (64, 128, 8, 8), (128, 64, 12, 8), (64, 64, 8, 8)):
             tmpl_choices.append({"block_m": bm, "block_n": bn, "block_k": 64, "warps": w, "stages": st, "mma": "wgmma"})
         for params in tmpl_choices:
             for layout in (0, 3):

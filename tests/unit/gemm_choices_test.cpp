@@ -52,16 +52,20 @@ TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
 
 TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   // 128x4096x4096: 16 tiles of 128x256, memory-bound, where 128x64 won on the H100; 64 tiles
-  // of 64x128 fill half the SMs, so K is split 2 ways (and not 1 = half of that).
+  // of 64x128 fill half the SMs, so K is split 2 ways (and not 1 = half of that). Every
+  // tiling, 64x64 included.
   const auto small = hopper_choices(1, 128, 4096, 4096);
-  EXPECT_EQ(small.size(), 9u);
+  EXPECT_EQ(small.size(), 10u);
   EXPECT_EQ(small.count("64x128/2"), 1u);
   EXPECT_EQ(small.count("128x64/1"), 1u);
-  // M = 1: 32 tiles of 64x128, split 4 ways (128 units), and 2.
+  EXPECT_EQ(small.count("64x64/1"), 1u);
+  // M = 1: 32 tiles of 64x128, split 4 ways (128 units), and 2; of the tilings, only those of
+  // 64 rows (a taller tile would compute zeros).
   const auto gemv = hopper_choices(1, 1, 4096, 4096);
-  EXPECT_EQ(gemv.size(), 10u);
-  EXPECT_EQ(gemv.count("64x128/4"), 1u);
-  EXPECT_EQ(gemv.count("64x128/2"), 1u);
+  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2"}));
+  // M = 64 is still one 64-row tile; M = 65 is not.
+  for (const std::string& c : hopper_choices(1, 64, 4096, 4096)) EXPECT_EQ(c.rfind("64x", 0), 0u) << c;
+  EXPECT_EQ(hopper_choices(1, 65, 4096, 4096).count("128x128/1"), 2u);
   // Neither tries clusters.
   for (const auto* choices : {&small, &gemv}) {
     for (const std::string& c : *choices) EXPECT_EQ(c.find("c2"), std::string::npos) << c;
