@@ -118,7 +118,7 @@ Bencher::Bencher(fs::path runner_dir, DiskStore& store, std::chrono::millisecond
       runner_env_(std::move(runner_env)),
       spawn_(std::move(spawn)) {
   for (Backend b : kAllBackends) {
-    json probe = run_runner(b, {{"mode", "probe"}});
+    json probe = run_runner(b, {{"mode", "probe"}}).front();
     if (!probe.contains("available")) {
       probe = {{"available", false}, {"kind", backend_name(b)}, {"reason", probe.value("reason", "the runner did not answer")}};
     }
@@ -141,15 +141,15 @@ std::vector<std::string> vendor_env(const CpuIsa& isa) {
   return {std::string("OPENBLAS_CORETYPE=") + core};
 }
 
-json Bencher::run_runner(Backend b, const json& request, const std::vector<std::string>& env) {
+std::vector<json> Bencher::run_runner(Backend b, const json& request, const std::vector<std::string>& env) {
   const fs::path runner = runner_dir_ / ("kforge-runner-" + std::string(backend_name(b)));
   if (::access(runner.c_str(), X_OK) != 0) {
-    return {{"status", "unavailable"}, {"reason", "no runner program " + runner.string() + " (not built on this host)"}};
+    return {{{"status", "unavailable"}, {"reason", "no runner program " + runner.string() + " (not built on this host)"}}};
   }
   // The runner's own empty directory is all it may write, besides the reference outputs
   // an autotune shares between its runs; it may read the artifacts it is handed.
   auto dir = store_.make_staging();
-  if (!dir) return {{"status", "failed"}, {"reason", dir.error().message}};
+  if (!dir) return {{{"status", "failed"}, {"reason", dir.error().message}}};
   struct Cleanup {
     fs::path dir;
     ~Cleanup() {
@@ -157,12 +157,15 @@ json Bencher::run_runner(Backend b, const json& request, const std::vector<std::
       fs::remove_all(dir, ec);
     }
   } cleanup{*dir};
+  const json kernels = request.value("kernels", json::array());
+  const size_t expected = std::max<size_t>(kernels.size(), 1);
   ProcessSpec spec;
   spec.argv = {runner.string()};
   spec.cwd = *dir;
   spec.env = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + dir->string(), "TMPDIR=" + dir->string(), "LANG=C"};
   spec.gpu = b != Backend::kCpu;
-  spec.readable = {runner_dir_, fs::path(request.value("artifact", "")).parent_path()};
+  spec.readable = {runner_dir_};
+  for (const auto& k : kernels) spec.readable.push_back(fs::path(k.value("artifact", "")).parent_path());
   if (request.contains("reference")) {
     const json& r = request["reference"];
     spec.readable.push_back(fs::path(r.value("artifact", "")).parent_path());
@@ -187,111 +190,178 @@ json Bencher::run_runner(Backend b, const json& request, const std::vector<std::
       spec.env.push_back(e);
   }
   spec.stdin_data = request.dump();
-  spec.timeout = request.value("mode", "") == "probe" ? std::chrono::milliseconds(60000) : timeout_;
+  spec.timeout = request.value("mode", "") == "probe" ? std::chrono::milliseconds(60000) : timeout_ * int64_t(expected);
   spec.output_cap = 4 << 20;
-  spec.result_fd = true;  // the result comes over fd 3; stdout and stderr are the kernel's
+  spec.result_fd = true;  // the results come over fd 3; stdout and stderr are the kernel's
   auto r = spawn_(spec);
-  if (!r) return {{"status", "failed"}, {"reason", "cannot start the runner: " + r.error().message}};
-  // Exactly one line, one JSON object, and a clean exit: anything else is not the runner's
-  // answer (a kernel that printed a result and _exit(0)ed left fd 3 empty).
-  std::string line = r->result;
-  if (!line.empty() && line.back() == '\n') line.pop_back();
-  json j = line.empty() || line.find('\n') != std::string::npos ? json(json::value_t::discarded)
-                                                                 : json::parse(line, nullptr, false);
-  // The kernel's printing: any bytes, so cut on a character boundary and made UTF-8.
+  if (!r) return {{{"status", "failed"}, {"reason", "cannot start the runner: " + r.error().message}}};
+  // Whole lines, each one JSON object, one per kernel; a line cut short is where the runner
+  // died. The runner writes a kernel's line before it starts the next kernel.
+  std::vector<json> answers;
+  bool malformed = false;
+  for (size_t at = 0; answers.size() < expected;) {
+    const size_t nl = r->result.find('\n', at);
+    if (nl == std::string::npos) break;
+    json j = json::parse(std::string_view(r->result).substr(at, nl - at), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      malformed = true;
+      break;
+    }
+    answers.push_back(std::move(j));
+    at = nl + 1;
+  }
+  // The kernels' printing: any bytes, so cut on a character boundary and made UTF-8.
   std::string out = r->output;
   while (!out.empty() && out.back() == '\n') out.pop_back();
-  if (r->ok() && !j.is_discarded() && j.is_object()) {
+  for (json& j : answers) {
     if (j.value("status", "") == "failed" && !out.empty()) j["output_tail"] = utf8_tail(out, 2000);
-    return j;
   }
+  // A runner that exited cleanly answered every kernel, or stopped after a failed one.
+  const bool stopped = !answers.empty() && answers.back().value("status", "") == "failed";
+  if (r->ok() && !malformed && (answers.size() == expected || stopped)) return answers;
   std::string reason = "the runner " + r->describe();
   if (r->term_signal != 0 || r->timed_out) reason += ": the kernel crashed or hung";
-  else if (!j.is_discarded() && j.is_object() && j.contains("reason") && j["reason"].is_string()) reason = j["reason"];
-  else if (r->ok() && r->result.empty()) reason += " without a result: the kernel ended the process before the runner answered";
-  else if (r->ok()) reason += " with a malformed result";
-  return {{"status", "failed"}, {"reason", sanitize_utf8(reason)}, {"output_tail", utf8_tail(out, 2000)}};
+  else if (r->ok() && !malformed && answers.empty()) reason += " without a result: the kernel ended the process before the runner answered";
+  else if (r->ok()) reason += malformed ? " with a malformed result" : " before it answered for every kernel";
+  answers.push_back({{"status", "failed"}, {"reason", sanitize_utf8(reason)}, {"output_tail", utf8_tail(out, 2000)}});
+  return answers;
 }
 
-json Bencher::run(const json& manifest, const BenchOptions& o, const std::optional<json>& reference) {
-  auto backend = parse_backend(manifest.value("backend", ""));
-  if (!backend) return {{"status", "failed"}, {"reason", "manifest without a backend"}};
-  const json& device = devices_[std::string(backend_name(*backend))];
-  if (!device.value("available", false)) {
-    return {{"status", "unavailable"}, {"reason", device.value("reason", "no device for " + std::string(backend_name(*backend)))}};
-  }
-  const std::string digest = sha256_hex(device_identity(std::string(backend_name(*backend))).dump()).substr(0, 16);
-  const std::string key = manifest.value("key", "");
-  // A result answers for a device and for what ran on it: a template kernel's tensors are
-  // its own, a source-mode kernel's are the request's (other tensors: another result).
-  // A template kernel that takes M at run time is the same kernel for every M: its result
-  // is keyed by the tensors it ran on as well.
-  std::string name = digest;
-  if (!manifest.contains("template")) {
-    const json workload = {{"inputs", o.inputs}, {"output", o.output}, {"extra_args", o.extra_args}};
-    name += "-" + sha256_hex(workload.dump()).substr(0, 16);
-  } else if (has_runtime_scalars(manifest["abi"])) {
-    const json& t = template_of(manifest, o);
-    name += "-" + sha256_hex(json{{"inputs", t["inputs"]}, {"output", t["output"]}}.dump()).substr(0, 16);
-  }
-  const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
-  if (!o.force) {
-    if (auto text = read_file(stored)) {
-      json cached = json::parse(*text, nullptr, false);
-      // Reused only when it answers what was asked now.
-      if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!o.vendor || cached.contains("vendor"))) {
-        cached["cached"] = true;
-        cached["trusted"] = trusted_timing(manifest);
-        return cached;
+std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const BenchOptions& o, const std::optional<json>& reference) {
+  std::vector<json> results(manifests.size());
+  struct Pending {
+    size_t index;
+    Backend backend;
+    std::string digest;
+    fs::path stored;
+    json request;  // the runner's request for this kernel alone
+  };
+  std::vector<Pending> pending;
+  for (size_t i = 0; i < manifests.size(); ++i) {
+    const json& manifest = manifests[i];
+    const bool vendor = o.vendor && i == 0;
+    auto backend = parse_backend(manifest.value("backend", ""));
+    if (!backend) {
+      results[i] = {{"status", "failed"}, {"reason", "manifest without a backend"}};
+      continue;
+    }
+    const json& device = devices_[std::string(backend_name(*backend))];
+    if (!device.value("available", false)) {
+      results[i] = {{"status", "unavailable"}, {"reason", device.value("reason", "no device for " + std::string(backend_name(*backend)))}};
+      continue;
+    }
+    const std::string digest = sha256_hex(device_identity(std::string(backend_name(*backend))).dump()).substr(0, 16);
+    const std::string key = manifest.value("key", "");
+    // A result answers for a device and for what ran on it: a template kernel's tensors are
+    // its own, a source-mode kernel's are the request's (other tensors: another result).
+    // A template kernel that takes M at run time is the same kernel for every M: its result
+    // is keyed by the tensors it ran on as well.
+    std::string name = digest;
+    if (!manifest.contains("template")) {
+      const json workload = {{"inputs", o.inputs}, {"output", o.output}, {"extra_args", o.extra_args}};
+      name += "-" + sha256_hex(workload.dump()).substr(0, 16);
+    } else if (has_runtime_scalars(manifest["abi"])) {
+      const json& t = template_of(manifest, o);
+      name += "-" + sha256_hex(json{{"inputs", t["inputs"]}, {"output", t["output"]}}.dump()).substr(0, 16);
+    }
+    const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
+    if (!o.force) {
+      if (auto text = read_file(stored)) {
+        json cached = json::parse(*text, nullptr, false);
+        // Reused only when it answers what was asked now.
+        if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!vendor || cached.contains("vendor"))) {
+          cached["cached"] = true;
+          cached["trusted"] = trusted_timing(manifest);
+          results[i] = cached;
+          continue;
+        }
       }
     }
-  }
-  std::string why;
-  auto tensors = tensors_for(manifest, o, why);
-  if (!tensors) return {{"status", "failed"}, {"reason", why}};
-  const fs::path dir = store_.entry_dir(key);
-  // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
-  const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
-  json req = {{"mode", "bench"}, {"artifact", (dir / "kernel.so").string()}, {"abi", manifest["abi"]},
-              {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
-  if (o.extra_args.is_array()) {
-    json scalars = json::object();
-    size_t i = 0;
-    for (const auto& a : manifest["abi"]["args"]) {
-      if (a["kind"] == "scalar" && i < o.extra_args.size()) scalars[a["name"].get<std::string>()] = o.extra_args[i++];
+    std::string why;
+    auto tensors = tensors_for(manifest, o, why);
+    if (!tensors) {
+      results[i] = {{"status", "failed"}, {"reason", why}};
+      continue;
     }
-    req["scalars"] = scalars;
-  } else if (gemm) {  // the sizes of the problem at hand
-    req["scalars"] = {{"M", gemm->M}, {"N", gemm->N}, {"K", gemm->K}, {"batch", gemm->batch}};
+    // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
+    const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
+    json req = {{"mode", "bench"}, {"artifact", (store_.entry_dir(key) / "kernel.so").string()}, {"abi", manifest["abi"]},
+                {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
+    if (o.extra_args.is_array()) {
+      json scalars = json::object();
+      size_t n = 0;
+      for (const auto& a : manifest["abi"]["args"]) {
+        if (a["kind"] == "scalar" && n < o.extra_args.size()) scalars[a["name"].get<std::string>()] = o.extra_args[n++];
+      }
+      req["scalars"] = scalars;
+    } else if (gemm) {  // the sizes of the problem at hand
+      req["scalars"] = {{"M", gemm->M}, {"N", gemm->N}, {"K", gemm->K}, {"batch", gemm->batch}};
+    }
+    if (o.verify && reference) {
+      req["reference"] = {{"artifact", (store_.entry_dir(reference->value("key", "")) / "kernel.so").string()},
+                          {"abi", (*reference)["abi"]}};
+      if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
+    }
+    if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
+    if (vendor && gemm) req["vendor"] = vendor_request(*gemm, template_of(manifest, o));
+    pending.push_back({i, *backend, digest, stored, std::move(req)});
   }
-  if (o.verify && reference) {
-    req["reference"] = {{"artifact", (store_.entry_dir(reference->value("key", "")) / "kernel.so").string()},
-                        {"abi", (*reference)["abi"]}};
-    if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
+
+  // What the kernels of one runner share: everything but the kernel (and the vendor call,
+  // asked of one of them).
+  auto shared_part = [](json req) {
+    req.erase("artifact");
+    req.erase("abi");
+    req.erase("vendor");
+    return req;
+  };
+  for (size_t p = 0; p < pending.size();) {
+    const json shared = shared_part(pending[p].request);
+    size_t q = p + 1;
+    if (trusted_timing(manifests[pending[p].index])) {
+      while (q < pending.size() && pending[q].backend == pending[p].backend && trusted_timing(manifests[pending[q].index]) &&
+             shared_part(pending[q].request) == shared)
+        ++q;
+    }
+    json vendor;  // asked until a result brings it
+    for (size_t k = p; k < q; ++k) {
+      if (pending[k].request.contains("vendor")) vendor = pending[k].request["vendor"];
+    }
+    std::lock_guard<std::mutex> lock(device_locks_[index_of(pending[p].backend)]);
+    for (size_t next = p; next < q;) {
+      json req = shared;
+      req["kernels"] = json::array();
+      for (size_t k = next; k < q; ++k) req["kernels"].push_back({{"artifact", pending[k].request["artifact"]}, {"abi", pending[k].request["abi"]}});
+      if (!vendor.is_null()) req["vendor"] = vendor;
+      for (json& a : run_runner(pending[p].backend, req, o.runner_env)) {
+        if (next == q) break;
+        if (a.contains("vendor")) vendor = json();
+        results[pending[next++].index] = std::move(a);
+        runs_++;
+      }
+    }
+    p = q;
   }
-  if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
-  if (o.vendor && gemm) req["vendor"] = vendor_request(*gemm, template_of(manifest, o));
-  json result;
-  {
-    std::lock_guard<std::mutex> lock(device_locks_[index_of(*backend)]);
-    runs_++;
-    result = run_runner(*backend, req, o.runner_env);
+
+  for (const Pending& k : pending) {
+    json& result = results[k.index];
+    const json& manifest = manifests[k.index];
+    result["device_digest"] = k.digest;
+    result["trusted"] = trusted_timing(manifest);
+    if (o.verify && !reference) {
+      result["verify"] = {{"status", "unavailable"}, {"reason", "no reference rendering for a source-mode kernel"}};
+    }
+    if (o.vendor && k.index == 0 && !k.request.contains("vendor") && result.value("status", "") == "ok") {
+      result["vendor"] = {{"status", "unavailable"}, {"reason", "a vendor baseline exists for the gemm template only"}};
+    }
+    if (result.value("status", "") == "ok") {
+      std::error_code ec;
+      fs::create_directories(k.stored.parent_path(), ec);
+      (void)write_file_atomic(k.stored, result.dump(2));
+    }
+    result["cached"] = false;
   }
-  result["device_digest"] = digest;
-  result["trusted"] = trusted_timing(manifest);
-  if (o.verify && !reference) {
-    result["verify"] = {{"status", "unavailable"}, {"reason", "no reference rendering for a source-mode kernel"}};
-  }
-  if (o.vendor && !req.contains("vendor") && result.value("status", "") == "ok") {
-    result["vendor"] = {{"status", "unavailable"}, {"reason", "a vendor baseline exists for the gemm template only"}};
-  }
-  if (result.value("status", "") == "ok") {
-    std::error_code ec;
-    fs::create_directories(stored.parent_path(), ec);
-    (void)write_file_atomic(stored, result.dump(2));
-  }
-  result["cached"] = false;
-  return result;
+  return results;
 }
 
 }  // namespace kforge::core

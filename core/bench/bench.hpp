@@ -71,13 +71,27 @@ class Bencher {
 
   // Benchmarks the kernel of `manifest`. `reference` (a manifest) enables verification.
   nlohmann::json run(const nlohmann::json& manifest, const BenchOptions& options,
-                     const std::optional<nlohmann::json>& reference = std::nullopt);
+                     const std::optional<nlohmann::json>& reference = std::nullopt) {
+    return run_all({manifest}, options, reference).front();
+  }
+  // Benchmarks the kernels of `manifests` (an autotune's choices) with the same options: one
+  // result each, in order, as run() gives it; `options.vendor` asks the vendor's timing of
+  // the first kernel (it is the same for all: one problem). Template kernels that run on the
+  // same tensors share one runner process: one device start, one upload of the inputs and
+  // one reference computation for all (about 0.35 s a choice on an H100). The runner stops
+  // after a kernel that failed and a crash ends it; either way the kernels after it get
+  // another runner. A source-mode kernel always runs alone: its code could forge the
+  // results of the kernels beside it.
+  std::vector<nlohmann::json> run_all(const std::vector<nlohmann::json>& manifests, const BenchOptions& options,
+                                      const std::optional<nlohmann::json>& reference = std::nullopt);
 
   uint64_t runs() const { return runs_.load(); }
 
  private:
-  nlohmann::json run_runner(Backend b, const nlohmann::json& request,
-                            const std::vector<std::string>& env = {});
+  // The runner's answers to `request`, one per kernel it ran, in order; at least one: where
+  // the runner crashed, hung or answered wrongly, the failure of the kernel it was running.
+  std::vector<nlohmann::json> run_runner(Backend b, const nlohmann::json& request,
+                                         const std::vector<std::string>& env = {});
 
   std::filesystem::path runner_dir_;
   DiskStore& store_;

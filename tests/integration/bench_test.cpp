@@ -1,7 +1,14 @@
 // Benchmarks and autotuning against the real server and the real runner programs.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/bench/bench.hpp"
 #include "core/fsutil.hpp"
+#include "core/hash.hpp"
+#include "core/store.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 
@@ -222,6 +229,106 @@ TEST_F(Bench, AutotuneOnX86_64_v3SearchesTheAvx2Space) {
     EXPECT_LE(mr * nv + nv + 1, 16) << c.dump();
     EXPECT_TRUE(c["benchmark"]["verify"]["passed"]) << c.dump();
   }
+}
+
+
+// Bencher::run_all with the real cpu runner, on kernels put in the store by hand: each kernel
+// appends "<tag> <pid>" to a file, so the test sees which ran in which runner process.
+class BenchRunAll : public ::testing::Test {
+ protected:
+  // A kernel y = 2x over 64 floats in the store under a key of its own; `crash` ends its
+  // process by SIGSEGV instead; `template_kernel` makes it look like a template rendering
+  // (trusted) rather than source mode.
+  nlohmann::json put(const std::string& tag, bool crash, bool template_kernel) {
+    const std::string key = core::sha256_hex(tag), symbol = "kernel_" + tag;
+    const std::filesystem::path dir = store_.entry_dir(key);
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path src = scratch_ / (tag + ".cpp");
+    std::ofstream(src) << "#include <csignal>\n#include <cstddef>\n#include <cstdint>\n#include <cstdio>\n#include <unistd.h>\n"
+                       << "extern \"C\" int " << symbol << "(const float* x, float* y, size_t* workspace_size, uint8_t* workspace, void* stream) {\n"
+                       << "  if (workspace_size) { *workspace_size = 0; return 0; }\n"
+                       << "  FILE* f = std::fopen(\"" << pids_.string() << "\", \"a\");\n"
+                       << "  std::fprintf(f, \"" << tag << " %d\\n\", int(getpid()));\n  std::fclose(f);\n"
+                       << (crash ? "  std::raise(SIGSEGV);\n" : "")
+                       << "  for (int i = 0; i < 64; ++i) y[i] = 2 * x[i];\n  return 0;\n}\n";
+    const std::string cc = "g++ -shared -fPIC -O1 -o " + (dir / "kernel.so").string() + " " + src.string();
+    EXPECT_EQ(std::system(cc.c_str()), 0) << cc;
+    const json tensor = {{"kind", "tensor"}, {"dtype", "float32"}};
+    json abi = {{"symbol", symbol}, {"workspace_bytes", 0},
+                {"args", {{{"name", "x"}, {"kind", "tensor"}, {"ctype", "const float*"}, {"binds", "x"}, {"dtype", "float32"}, {"const", true}},
+                          {{"name", "y"}, {"kind", "tensor"}, {"ctype", "float*"}, {"binds", "y"}, {"dtype", "float32"}, {"const", false}},
+                          {{"name", "workspace_size"}, {"kind", "workspace_size"}, {"ctype", "size_t*"}},
+                          {{"name", "workspace"}, {"kind", "workspace"}, {"ctype", "uint8_t*"}},
+                          {{"name", "stream"}, {"kind", "stream"}, {"ctype", "void*"}}}}};
+    json m = {{"backend", "cpu"}, {"key", key}, {"kernel_name", symbol}, {"abi", abi}};
+    if (template_kernel) {
+      m["template"] = {{"template", "scale"},
+                       {"inputs", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {64}}}}},
+                       {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {64}}}}};
+    }
+    return m;
+  }
+  // The runner processes each tag ran in.
+  std::map<std::string, std::set<std::string>> pids() const {
+    std::map<std::string, std::set<std::string>> out;
+    std::istringstream in(core::read_file(pids_).value_or(""));
+    for (std::string tag, pid; in >> tag >> pid;) out[tag].insert(pid);
+    return out;
+  }
+  core::BenchOptions options() const {
+    core::BenchOptions o;
+    o.budget_ms = 1;
+    o.inputs = json::array({{{"name", "x"}, {"dtype", "float32"}, {"sizes", {64}}}});
+    o.output = {{"name", "y"}, {"dtype", "float32"}, {"sizes", {64}}};
+    return o;
+  }
+
+  Scratch scratch_;
+  std::filesystem::path pids_ = scratch_ / "pids.txt";
+  core::DiskStore store_{scratch_ / "cache"};
+  core::Bencher bencher_{std::filesystem::path(KFORGE_BINARY).parent_path(), store_, std::chrono::seconds(20)};
+};
+
+// An autotune's choices share one runner; a crash costs the kernel that crashed, and the
+// kernels after it run in a new runner.
+TEST_F(BenchRunAll, TemplateKernelsShareOneRunnerAndACrashEndsOnlyItsKernel) {
+  ASSERT_TRUE(bencher_.available(core::Backend::kCpu)) << bencher_.devices().dump();
+  const std::vector<json> ms = {put("first", false, true), put("second", false, true), put("crash", true, true), put("last", false, true)};
+  const std::vector<json> r = bencher_.run_all(ms, options());
+  ASSERT_EQ(r.size(), 4u);
+  for (size_t i : {0u, 1u, 3u}) {
+    EXPECT_EQ(r[i]["status"], "ok") << r[i].dump();
+    EXPECT_TRUE(r[i]["trusted"]) << r[i].dump();
+    EXPECT_GT(r[i]["median_ms"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(r[2]["status"], "failed");
+  EXPECT_NE(r[2]["reason"].get<std::string>().find("crashed"), std::string::npos) << r[2].dump();
+  EXPECT_EQ(r[1]["phases_ms"]["device_init"], 0.0) << "the second kernel found the device started";
+  const auto p = pids();
+  ASSERT_EQ(p.size(), 4u) << core::read_file(pids_).value_or("");
+  for (const auto& [tag, set] : p) EXPECT_EQ(set.size(), 1u) << tag;
+  EXPECT_EQ(p.at("first"), p.at("second"));
+  EXPECT_EQ(p.at("first"), p.at("crash"));
+  EXPECT_NE(p.at("crash"), p.at("last")) << "after the crash, a new runner";
+  EXPECT_EQ(bencher_.runs(), 4u);
+  // Stored: asked again, every ok result is the cached one and nothing runs.
+  std::filesystem::remove(pids_);
+  const std::vector<json> again = bencher_.run_all({ms[0], ms[1], ms[3]}, options());
+  for (const json& a : again) EXPECT_TRUE(a["cached"]) << a.dump();
+  EXPECT_FALSE(std::filesystem::exists(pids_));
+}
+
+// A source-mode kernel's code could write the results of the kernels beside it: each runs
+// in a runner of its own.
+TEST_F(BenchRunAll, SourceModeKernelsRunAlone) {
+  const std::vector<json> r = bencher_.run_all({put("one", false, false), put("two", false, false)}, options());
+  for (const json& a : r) {
+    EXPECT_EQ(a["status"], "ok") << a.dump();
+    EXPECT_FALSE(a["trusted"]);
+  }
+  const auto p = pids();
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_NE(p.at("one"), p.at("two"));
 }
 
 }  // namespace

@@ -1,25 +1,33 @@
 // The runner protocol (DESIGN §7), shared by every runner program: JSON request on stdin,
-// JSON result as one line on fd 3 (a pipe the service opens; stdout when fd 3 is not open,
-// for running a runner by hand), exit 0 unless the request itself was malformed. stdout and
-// stderr are the kernel's: whatever it prints there is log, never a result. The runner
-// moves fd 3 to a close-on-exec descriptor before it loads any kernel. The kernel still
-// runs in this process and could find that descriptor, which is why the service marks
-// timings of source-mode kernels as untrusted (docs/SECURITY.md).
+// JSON results, one line per kernel, on fd 3 (a pipe the service opens; stdout when fd 3 is
+// not open, for running a runner by hand), exit 0 unless the request itself was malformed.
+// stdout and stderr are the kernel's: whatever it prints there is log, never a result. The
+// runner moves fd 3 to a close-on-exec descriptor before it loads any kernel. The kernel
+// still runs in this process and could find that descriptor, which is why the service marks
+// timings of source-mode kernels as untrusted, and never runs one beside another kernel
+// (docs/SECURITY.md).
 //
 // request := {"mode": "probe"}
-//          | {"mode": "bench", "artifact": path, "abi": Abi, "tensors": [TensorMeta...],
+//          | {"mode": "bench", ("artifact": path, "abi": Abi | "kernels": [{"artifact", "abi"}...]),
+//             "tensors": [TensorMeta...],
 //             "scalars": {name: int}?, "reference": {"artifact", "abi", "outputs_file"?}?,
 //             "vendor": VendorGemm?, "warmup_ms": 25, "budget_ms": 100, "min_iters": 5,
 //             "max_iters": 1000, "seed": 0, "rtol": x, "atol": x, "inputs_file": path?}
-// (outputs_file, inputs_file: where an autotune's runs save and reuse the reference's outputs
-// and the seeded inputs, which are the same for every choice)
+// (outputs_file, inputs_file: where an autotune's runners save and reuse the reference's
+// outputs and the seeded inputs, which are the same for every choice)
+// Every kernel of a request runs on the same tensors (their initial contents restored before
+// each), against one reference computation; the vendor is timed once, with the first kernel
+// that gets that far. One result line per kernel, in order; the runner stops after a failed
+// one (the device may be in an error state), and the service starts another for the rest.
 // result  := {"status": "ok", "device", "min_ms", "median_ms", "p90_ms", "iters", "workspace_bytes",
 //             "phases_ms": {"device_init", "inputs", "first_call", "verify", "timing", "vendor"},
 //             "verify"?: {"max_abs_err", "max_rel_err", "passed", "rtol", "atol", "checked"},
 //             "vendor"?: {"name", "min_ms", "median_ms"} | {"status": "unavailable", "reason"},
 //             "vs_vendor"?: vendor median / kernel median}
 //          | {"status": "failed", "reason"} | {"status": "unavailable", "reason"}
-// A kernel that crashes or hangs takes the runner with it; the service reports that.
+// (device_init is the first kernel's; inputs is the later kernels' restore.) A kernel that
+// crashes or hangs takes the runner with it; the service reports that for the kernel whose
+// line is missing.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -326,67 +334,165 @@ Comparison compare(const core::TensorMeta& m, const unsigned char* got, const un
   return all;
 }
 
-json bench(Device& dev, const json& req) {
-  PhaseClock clock;
-  json phases = json::object();
-  Kernel kernel(req.at("artifact").get<std::string>(), req.at("abi"), req.value("scalars", json::object()));
-  std::map<std::string, Buffer> buffers;
-  const uint64_t seed = req.value("seed", uint64_t{0});
-  std::vector<Buffer*> in_order;
-  size_t total = 0;
-  for (const auto& tj : req.at("tensors")) {
-    auto t = core::parse_tensor(tj, "/tensors", true);
-    if (!t) throw Failure("tensor: " + t.error().message);
-    Buffer b;
-    b.meta = *t;
-    b.bytes = std::max<size_t>(storage_bytes(*t), 1);
-    b.host.resize(b.bytes);
-    total += b.bytes;
-    auto [it, added] = buffers.emplace(t->name, std::move(b));
-    if (!added) throw Failure("two tensors named `" + t->name + "`");
-    in_order.push_back(&it->second);
-  }
-  // The inputs depend on the seed and the tensors only: an earlier run of the same autotune
-  // may have saved them (its file starts with that tag), and reading them back is cheaper
-  // than drawing them again (0.25 s a choice for a 4096^3 fp16 gemm on an H100).
-  const std::string inputs_file = req.value("inputs_file", "");
-  const std::string tag = json{{"seed", seed}, {"tensors", req.at("tensors")}}.dump() + "\n";
-  std::string saved;  // empty when there is no such file yet
-  if (!inputs_file.empty()) saved = core::read_file(inputs_file).value_or(std::string());
-  const bool reuse = saved.size() == tag.size() + total && std::equal(tag.begin(), tag.end(), saved.begin());
-  size_t at = tag.size();
-  uint64_t tensor_index = 0;
-  for (Buffer* b : in_order) {
-    if (reuse) {
-      std::memcpy(b->host.data(), saved.data() + at, b->bytes);
-      at += b->bytes;
-    } else {
-      fill_normal(b->meta.dtype, b->host.data(), b->bytes, seed, tensor_index++);
+// The tensors every kernel of a request runs on: seeded inputs (and an initial output) on
+// the device, their host copies, and the reference's outputs for them. Built once per
+// runner; each kernel after the first gets the initial contents again (restore), so one
+// that writes where it should not cannot change what the next one computes or is
+// compared with.
+class Workload {
+ public:
+  Workload(Device& dev, const json& req) : dev_(dev) {
+    const uint64_t seed = req.value("seed", uint64_t{0});
+    size_t total = 0;
+    for (const auto& tj : req.at("tensors")) {
+      auto t = core::parse_tensor(tj, "/tensors", true);
+      if (!t) throw Failure("tensor: " + t.error().message);
+      Buffer b;
+      b.meta = *t;
+      b.bytes = std::max<size_t>(storage_bytes(*t), 1);
+      b.host.resize(b.bytes);
+      total += b.bytes;
+      auto [it, added] = buffers_.emplace(t->name, std::move(b));
+      if (!added) throw Failure("two tensors named `" + t->name + "`");
+      in_order_.push_back(&it->second);
     }
-    b->dev = DeviceMemory(dev, b->bytes);
-    dev.upload(b->dev.get(), b->host.data(), b->bytes);
+    // The inputs depend on the seed and the tensors only: an earlier runner of the same
+    // autotune may have saved them (its file starts with that tag), and reading them back is
+    // cheaper than drawing them again (0.25 s for a 4096^3 fp16 gemm on an H100).
+    const std::string inputs_file = req.value("inputs_file", "");
+    const std::string tag = json{{"seed", seed}, {"tensors", req.at("tensors")}}.dump() + "\n";
+    std::string saved;  // empty when there is no such file yet
+    if (!inputs_file.empty()) saved = core::read_file(inputs_file).value_or(std::string());
+    const bool reuse = saved.size() == tag.size() + total && std::equal(tag.begin(), tag.end(), saved.begin());
+    size_t at = tag.size();
+    uint64_t tensor_index = 0;
+    for (Buffer* b : in_order_) {
+      if (reuse) {
+        std::memcpy(b->host.data(), saved.data() + at, b->bytes);
+        at += b->bytes;
+      } else {
+        fill_normal(b->meta.dtype, b->host.data(), b->bytes, seed, tensor_index++);
+      }
+      b->dev = DeviceMemory(dev, b->bytes);
+    }
+    restore();
+    if (!inputs_file.empty() && !reuse) {
+      std::ofstream out(inputs_file + ".tmp", std::ios::binary);
+      out.write(tag.data(), std::streamsize(tag.size()));
+      for (const Buffer* b : in_order_) out.write(reinterpret_cast<const char*>(b->host.data()), std::streamsize(b->bytes));
+      out.close();
+      if (out) std::rename((inputs_file + ".tmp").c_str(), inputs_file.c_str());
+    }
+    for (auto& [name, b] : buffers_) ptrs_[name] = b.dev.get();
   }
-  if (!inputs_file.empty() && !reuse) {
-    std::ofstream out(inputs_file + ".tmp", std::ios::binary);
-    out.write(tag.data(), std::streamsize(tag.size()));
-    for (const Buffer* b : in_order) out.write(reinterpret_cast<const char*>(b->host.data()), std::streamsize(b->bytes));
-    out.close();
-    if (out) std::rename((inputs_file + ".tmp").c_str(), inputs_file.c_str());
-  }
-  for (const auto* a : kernel.abi().tensors()) {
-    if (!buffers.contains(a->binds)) throw Failure("no tensor named `" + a->binds + "` for argument `" + a->name + "`");
-  }
-  std::map<std::string, void*> ptrs;
-  for (auto& [name, b] : buffers) ptrs[name] = b.dev.get();
 
-  phases["inputs"] = clock.lap();
+  // Every tensor's initial contents, on the device again.
+  void restore() {
+    for (Buffer* b : in_order_) dev_.upload(b->dev.get(), b->host.data(), b->bytes);
+  }
+  const std::map<std::string, void*>& ptrs() const { return ptrs_; }
+  Buffer& buffer(const std::string& name) { return buffers_.at(name); }
+  bool has(const std::string& name) const { return buffers_.contains(name); }
+
+  // The reference's outputs (host bytes per written tensor) for these inputs, computed on
+  // first use (or loaded from `outputs_file`, where an earlier runner of the same autotune
+  // saved them) on copies of the outputs' initial contents.
+  const std::map<std::string, std::vector<unsigned char>>& reference(const json& r, const json& scalars,
+                                                                    const std::vector<std::string>& outputs) {
+    if (reference_ready_) return reference_;
+    reference_ready_ = true;
+    const std::string saved = r.value("outputs_file", "");
+    size_t total = 0;
+    for (const auto& o : outputs) total += buffers_.at(o).bytes;
+    std::string blob;
+    if (!saved.empty()) blob = core::read_file(saved).value_or(std::string());
+    if (blob.size() == total && total > 0) {
+      size_t at = 0;
+      for (const auto& o : outputs) {
+        const size_t n = buffers_.at(o).bytes;
+        reference_[o].assign(blob.begin() + std::ptrdiff_t(at), blob.begin() + std::ptrdiff_t(at + n));
+        at += n;
+      }
+      return reference_;
+    }
+    Kernel ref(r.at("artifact").get<std::string>(), r.at("abi"), scalars);
+    std::map<std::string, void*> rptrs = ptrs_;
+    std::map<std::string, DeviceMemory> copies;
+    for (const auto& o : outputs) {
+      Buffer& b = buffers_.at(o);
+      DeviceMemory copy(dev_, b.bytes);
+      dev_.upload(copy.get(), b.host.data(), b.bytes);
+      rptrs[o] = copy.get();
+      copies.emplace(o, std::move(copy));
+    }
+    size_t rws = 0;
+    if (ref.call({}, &rws, nullptr, dev_.stream()) != 0) throw Failure("the reference's workspace query failed");
+    DeviceMemory rworkspace(dev_, rws);
+    if (int rr = ref.call(rptrs, nullptr, rworkspace.get(), dev_.stream()); rr != 0) throw Failure("the reference returned " + std::to_string(rr));
+    dev_.sync();
+    for (const auto& o : outputs) {
+      reference_[o].resize(buffers_.at(o).bytes);
+      dev_.download(reference_[o].data(), copies.at(o).get(), buffers_.at(o).bytes);
+    }
+    if (!saved.empty()) {
+      std::ofstream out(saved + ".tmp", std::ios::binary);
+      for (const auto& o : outputs) out.write(reinterpret_cast<const char*>(reference_[o].data()), std::streamsize(reference_[o].size()));
+      out.close();
+      if (out) std::rename((saved + ".tmp").c_str(), saved.c_str());
+    }
+    return reference_;
+  }
+
+ private:
+  Device& dev_;
+  std::map<std::string, Buffer> buffers_;
+  std::vector<Buffer*> in_order_;
+  std::map<std::string, void*> ptrs_;
+  bool reference_ready_ = false;
+  std::map<std::string, std::vector<unsigned char>> reference_;
+};
+
+// The vendor library's time for the request's gemm, on the workload's tensors.
+json vendor_timing(Device& dev, Workload& w, const json& v, const json& req) {
+  VendorGemm g;
+  g.M = v.at("M"), g.N = v.at("N"), g.K = v.at("K"), g.batch = v.value("batch", 1);
+  g.dtype = *core::parse_dtype(v.at("dtype").get<std::string>());
+  g.out_dtype = *core::parse_dtype(v.value("out_dtype", v.at("dtype").get<std::string>()));
+  for (auto [k, dst] : {std::pair{"sAb", &g.sAb}, {"sAm", &g.sAm}, {"sAk", &g.sAk}, {"sBb", &g.sBb}, {"sBk", &g.sBk},
+                        {"sBn", &g.sBn}, {"sCb", &g.sCb}, {"sCm", &g.sCm}, {"sCn", &g.sCn}}) {
+    *dst = v.at(k).get<int64_t>();
+  }
+  auto at = [&](const char* name, int64_t off) {
+    Buffer& b = w.buffer(v.at(name).get<std::string>());
+    return static_cast<unsigned char*>(b.dev.get()) + off * int64_t(core::dtype_size(b.meta.dtype));
+  };
+  g.A = at("a", v.value("offA", int64_t{0}));
+  g.B = at("b", v.value("offB", int64_t{0}));
+  g.C = at("c", v.value("offC", int64_t{0}));
+  std::string why;
+  if (auto fn = dev.vendor_gemm(g, why)) {
+    json vt = time_it(dev, *fn, req);
+    vt["name"] = dev.vendor_name();
+    return vt;
+  }
+  return {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}};
+}
+
+// One kernel of the request ({"artifact", "abi"}) on the workload: first call, verification
+// against the reference, timing, and the vendor's time where `vendor` is asked of it.
+json bench_one(Device& dev, Workload& w, const json& k, const json& req, bool vendor, PhaseClock& clock, json phases) {
+  const json scalars = req.value("scalars", json::object());
+  Kernel kernel(k.at("artifact").get<std::string>(), k.at("abi"), scalars);
+  for (const auto* a : kernel.abi().tensors()) {
+    if (!w.has(a->binds)) throw Failure("no tensor named `" + a->binds + "` for argument `" + a->name + "`");
+  }
   // The workspace query touches no tensor: pass none.
   size_t ws = 0;
   int rc = kernel.call({}, &ws, nullptr, dev.stream());
   if (rc != 0) return {{"status", "failed"}, {"reason", "the workspace query returned " + std::to_string(rc)}};
   DeviceMemory workspace(dev, ws);
 
-  rc = kernel.call(ptrs, nullptr, workspace.get(), dev.stream());
+  rc = kernel.call(w.ptrs(), nullptr, workspace.get(), dev.stream());
   dev.sync();
   if (rc != 0) return {{"status", "failed"}, {"reason", "the kernel returned " + std::to_string(rc)}};
 
@@ -399,60 +505,18 @@ json bench(Device& dev, const json& req) {
     if (!a->is_const) outputs.push_back(a->binds);
   }
   if (req.contains("reference")) {
-    const json& r = req["reference"];
-    Kernel ref(r.at("artifact").get<std::string>(), r.at("abi"), req.value("scalars", json::object()));
-    std::map<std::string, void*> rptrs = ptrs;
-    std::map<std::string, DeviceMemory> ref_mem;
-    std::map<std::string, void*> ref_out;
-    for (const auto& o : outputs) {
-      Buffer& b = buffers.at(o);
-      DeviceMemory copy(dev, b.bytes);
-      dev.upload(copy.get(), b.host.data(), b.bytes);
-      rptrs[o] = ref_out[o] = copy.get();
-      ref_mem.emplace(o, std::move(copy));
-    }
-    // The reference's outputs for these inputs (same seed, same shapes) may have been saved
-    // by an earlier run of the same autotune: load them instead of recomputing.
-    const std::string saved = r.value("outputs_file", "");
-    size_t total = 0;
-    for (const auto& o : outputs) total += buffers.at(o).bytes;
-    std::string blob;
-    if (!saved.empty()) blob = core::read_file(saved).value_or(std::string());
-    if (blob.size() == total && total > 0) {
-      size_t at = 0;
-      for (const auto& o : outputs) {
-        dev.upload(ref_out[o], blob.data() + at, buffers.at(o).bytes);
-        at += buffers.at(o).bytes;
-      }
-    } else {
-      size_t rws = 0;
-      if (ref.call({}, &rws, nullptr, dev.stream()) != 0) throw Failure("the reference's workspace query failed");
-      DeviceMemory rworkspace(dev, rws);
-      if (int rr = ref.call(rptrs, nullptr, rworkspace.get(), dev.stream()); rr != 0) throw Failure("the reference returned " + std::to_string(rr));
-      dev.sync();
-      if (!saved.empty()) {
-        blob.resize(total);
-        size_t at = 0;
-        for (const auto& o : outputs) {
-          dev.download(blob.data() + at, ref_out[o], buffers.at(o).bytes);
-          at += buffers.at(o).bytes;
-        }
-        std::ofstream(saved + ".tmp", std::ios::binary).write(reinterpret_cast<const char*>(blob.data()), std::streamsize(blob.size()));
-        std::rename((saved + ".tmp").c_str(), saved.c_str());
-      }
-    }
+    const auto& want = w.reference(req["reference"], scalars, outputs);
     double max_abs = 0, max_rel = 0;
     int64_t checked = 0, bad = 0;
     double rtol = req.value("rtol", -1.0), atol = req.value("atol", -1.0);
     for (const auto& o : outputs) {
-      Buffer& b = buffers.at(o);
-      std::vector<unsigned char> got(b.bytes), want(b.bytes);
+      Buffer& b = w.buffer(o);
+      std::vector<unsigned char> got(b.bytes);
       dev.download(got.data(), b.dev.get(), b.bytes);
-      dev.download(want.data(), ref_out[o], b.bytes);
       const Dtype d = b.meta.dtype;
       if (rtol < 0) rtol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 2e-3 : d == Dtype::kBFloat16 ? 1.6e-2 : 1e-6;
       if (atol < 0) atol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 1e-2 : d == Dtype::kBFloat16 ? 5e-2 : 1e-6;
-      const Comparison c = compare(b.meta, got.data(), want.data(), rtol, atol);
+      const Comparison c = compare(b.meta, got.data(), want.at(o).data(), rtol, atol);
       max_abs = std::max(max_abs, c.max_abs);
       max_rel = std::max(max_rel, c.max_rel);
       checked += c.checked;
@@ -460,38 +524,16 @@ json bench(Device& dev, const json& req) {
     }
     out["verify"] = {{"max_abs_err", max_abs}, {"max_rel_err", max_rel}, {"passed", bad == 0}, {"mismatches", bad},
                      {"checked", checked}, {"rtol", rtol}, {"atol", atol}, {"against", "reference"}};
+    phases["verify"] = clock.lap();
   }
 
-  if (req.contains("reference")) phases["verify"] = clock.lap();
-  auto timed = time_it(dev, [&] { kernel.call(ptrs, nullptr, workspace.get(), dev.stream()); }, req);
-  out.update(timed);
+  out.update(time_it(dev, [&] { kernel.call(w.ptrs(), nullptr, workspace.get(), dev.stream()); }, req));
   phases["timing"] = clock.lap();
 
-  if (req.contains("vendor")) {
-    const json& v = req["vendor"];
-    VendorGemm g;
-    g.M = v.at("M"), g.N = v.at("N"), g.K = v.at("K"), g.batch = v.value("batch", 1);
-    g.dtype = *core::parse_dtype(v.at("dtype").get<std::string>());
-    g.out_dtype = *core::parse_dtype(v.value("out_dtype", v.at("dtype").get<std::string>()));
-    for (auto [k, dst] : {std::pair{"sAb", &g.sAb}, {"sAm", &g.sAm}, {"sAk", &g.sAk}, {"sBb", &g.sBb}, {"sBk", &g.sBk},
-                          {"sBn", &g.sBn}, {"sCb", &g.sCb}, {"sCm", &g.sCm}, {"sCn", &g.sCn}}) {
-      *dst = v.at(k).get<int64_t>();
-    }
-    auto at = [&](const char* name, int64_t off) {
-      return static_cast<unsigned char*>(buffers.at(v.at(name).get<std::string>()).dev.get()) +
-             off * int64_t(core::dtype_size(buffers.at(v.at(name).get<std::string>()).meta.dtype));
-    };
-    g.A = at("a", v.value("offA", int64_t{0}));
-    g.B = at("b", v.value("offB", int64_t{0}));
-    g.C = at("c", v.value("offC", int64_t{0}));
-    std::string why;
-    if (auto fn = dev.vendor_gemm(g, why)) {
-      json vt = time_it(dev, *fn, req);
-      vt["name"] = dev.vendor_name();
-      out["vendor"] = vt;
-      out["vs_vendor"] = vt["median_ms"].get<double>() / std::max(out["median_ms"].get<double>(), 1e-9);
-    } else {
-      out["vendor"] = {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}};
+  if (vendor) {
+    out["vendor"] = vendor_timing(dev, w, req["vendor"], req);
+    if (out["vendor"].contains("median_ms")) {
+      out["vs_vendor"] = out["vendor"]["median_ms"].get<double>() / std::max(out["median_ms"].get<double>(), 1e-9);
     }
     phases["vendor"] = clock.lap();
   }
@@ -509,7 +551,9 @@ int take_result_fd() {
   return fd;
 }
 
-void write_result(int fd, const json& out) {
+// One result line, written whole before the next kernel runs (a kernel that crashes the
+// runner later leaves the lines before it intact).
+void write_line(int fd, const json& out) {
   const std::string line = out.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   if (fd < 0) {
     std::cout << line << std::flush;
@@ -522,36 +566,63 @@ void write_result(int fd, const json& out) {
     if (n <= 0) break;
     done += size_t(n);
   }
-  ::close(fd);
 }
 
 int runner_main() {
   const int result_fd = take_result_fd();
+  struct CloseAtExit {
+    int fd;
+    ~CloseAtExit() {
+      if (fd >= 0) ::close(fd);
+    }
+  } close_at_exit{result_fd};
   std::ostringstream ss;
   ss << std::cin.rdbuf();
   json req = json::parse(ss.str(), nullptr, false);
   if (req.is_discarded() || !req.is_object()) {
-    write_result(result_fd, {{"status", "failed"}, {"reason", "the runner's request is not JSON"}});
+    write_line(result_fd, {{"status", "failed"}, {"reason", "the runner's request is not JSON"}});
     return 2;
   }
-  json out;
+  // The kernels to run: "kernels", or the request's own artifact and abi.
+  json kernels = req.value("kernels", json::array());
+  if (kernels.empty() && req.contains("artifact")) kernels.push_back({{"artifact", req["artifact"]}, {"abi", req.value("abi", json())}});
+  const size_t answers = std::max<size_t>(kernels.size(), 1);  // lines owed: one a kernel, one for none
+  size_t done = 0;
   try {
     PhaseClock clock;
     Device& dev = device();
     json d = dev.describe();
     const double init_ms = clock.lap();
     if (req.value("mode", "bench") == "probe") {
-      out = d;
-    } else if (!d.value("available", false)) {
-      out = {{"status", "unavailable"}, {"reason", d.value("reason", "no device")}};
-    } else {
-      out = bench(dev, req);
-      if (out.contains("phases_ms")) out["phases_ms"]["device_init"] = init_ms;
+      write_line(result_fd, d);
+      return 0;
+    }
+    if (!d.value("available", false)) {
+      for (; done < answers; ++done) write_line(result_fd, {{"status", "unavailable"}, {"reason", d.value("reason", "no device")}});
+      return 0;
+    }
+    if (kernels.empty()) throw Failure("no kernel to run (give artifact and abi, or kernels)");
+    Workload work(dev, req);
+    bool vendor = req.contains("vendor");
+    for (; done < kernels.size(); ++done) {
+      json out;
+      try {
+        if (done > 0) work.restore();
+        const json phases = {{"device_init", done == 0 ? init_ms : 0.0}, {"inputs", clock.lap()}};
+        out = bench_one(dev, work, kernels[done], req, vendor, clock, phases);
+      } catch (const std::exception& e) {
+        out = {{"status", "failed"}, {"reason", e.what()}};
+      }
+      if (out.contains("vendor")) vendor = false;
+      write_line(result_fd, out);
+      // A failed kernel may have left the device in an error state: the service starts
+      // another runner for the kernels after it.
+      if (out.value("status", "") == "failed") return 0;
     }
   } catch (const std::exception& e) {
-    out = {{"status", "failed"}, {"reason", e.what()}};
+    // The device or the workload failed before any kernel ran: that answers for every kernel.
+    for (size_t i = done; i < answers; ++i) write_line(result_fd, {{"status", "failed"}, {"reason", e.what()}});
   }
-  write_result(result_fd, out);
   return 0;
 }
 
