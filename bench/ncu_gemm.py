@@ -2,7 +2,7 @@
 """One kforge gemm kernel, called from this process so that Nsight Compute can profile it.
 
 Asks a kforge service (started here, like bench/cuda_suite.py) for the gemm with the given
-tuning parameters, loads the .so and calls it `--calls` times on torch tensors. Run it under
+tuning parameters, loads the .so and calls it `--calls` times on torch tensors (and prints the mean time a call). Run it under
 ncu on the GPU host, e.g.:
 
     ncu --target-processes application-only -k regex:gemm_wgmma --launch-skip 1 --launch-count 1 \\
@@ -25,6 +25,19 @@ import urllib.request
 import torch
 
 
+def timed(call, calls):
+    """Mean milliseconds of `calls` back-to-back calls (no cache flush between them: the
+    steady state, at the clocks the GPU holds under that load)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(calls):
+        call()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / max(calls, 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kforge", help="the kforge binary (not needed with --vendor)")
@@ -39,11 +52,8 @@ def main():
     dt = getattr(torch, args.dtype)
     if args.vendor:
         a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
-        torch.cuda.synchronize()
-        for _ in range(args.calls):
-            c = torch.mm(a, b)
-        torch.cuda.synchronize()
-        print(f"# torch.mm {args.dtype} {args.shape}: {c.shape}")
+        ms = timed(lambda: torch.mm(a, b), args.calls)
+        print(f"# torch.mm {args.dtype} {args.shape}: {ms:.4f} ms a call, {args.calls} calls back to back")
         return
     if not args.kforge:
         ap.error("--kforge is required (or --vendor)")
@@ -86,10 +96,10 @@ def main():
     assert fn(*call_args(None, ctypes.byref(size))) == 0
     ws = torch.empty(max(1, size.value), device="cuda", dtype=torch.uint8)
     argv = call_args(ws)
-    for _ in range(args.calls):
-        rc = fn(*argv)
-        assert rc == 0, rc
-    torch.cuda.synchronize()
+    rc = fn(*argv)
+    assert rc == 0, rc
+    ms = timed(lambda: fn(*argv), args.calls)
+    print(f"# {ms:.4f} ms a call, {args.calls} calls back to back")
     err = (t["C"].float() - t["A"].float() @ t["B"].float()).abs().max().item()
     print(f"# max abs error vs torch: {err:.3g}")
 
