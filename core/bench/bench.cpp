@@ -234,7 +234,9 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     Backend backend;
     std::string digest;
     fs::path stored;
-    json request;  // the runner's request for this kernel alone
+    json shared;  // the runner's request without the kernel: the same for an autotune's choices
+    json kernel;  // {"artifact", "abi"}
+    json vendor;  // the vendor call asked of this kernel, or null
   };
   std::vector<Pending> pending;
   for (size_t i = 0; i < manifests.size(); ++i) {
@@ -285,8 +287,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     }
     // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
     const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
-    json req = {{"mode", "bench"}, {"artifact", (store_.entry_dir(key) / "kernel.so").string()}, {"abi", manifest["abi"]},
-                {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
+    json req = {{"mode", "bench"}, {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
     if (o.extra_args.is_array()) {
       json scalars = json::object();
       size_t n = 0;
@@ -303,35 +304,28 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
     }
     if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
-    if (vendor && gemm) req["vendor"] = vendor_request(*gemm, template_of(manifest, o));
-    pending.push_back({i, *backend, digest, stored, std::move(req)});
+    const json kernel = {{"artifact", (store_.entry_dir(key) / "kernel.so").string()}, {"abi", manifest["abi"]}};
+    pending.push_back({i, *backend, digest, stored, std::move(req), kernel,
+                       vendor && gemm ? vendor_request(*gemm, template_of(manifest, o)) : json()});
   }
 
-  // What the kernels of one runner share: everything but the kernel (and the vendor call,
-  // asked of one of them).
-  auto shared_part = [](json req) {
-    req.erase("artifact");
-    req.erase("abi");
-    req.erase("vendor");
-    return req;
-  };
+  // Consecutive template kernels with the same request share a runner.
   for (size_t p = 0; p < pending.size();) {
-    const json shared = shared_part(pending[p].request);
     size_t q = p + 1;
     if (trusted_timing(manifests[pending[p].index])) {
       while (q < pending.size() && pending[q].backend == pending[p].backend && trusted_timing(manifests[pending[q].index]) &&
-             shared_part(pending[q].request) == shared)
+             pending[q].shared == pending[p].shared)
         ++q;
     }
     json vendor;  // asked until a result brings it
     for (size_t k = p; k < q; ++k) {
-      if (pending[k].request.contains("vendor")) vendor = pending[k].request["vendor"];
+      if (!pending[k].vendor.is_null()) vendor = pending[k].vendor;
     }
     std::lock_guard<std::mutex> lock(device_locks_[index_of(pending[p].backend)]);
     for (size_t next = p; next < q;) {
-      json req = shared;
+      json req = pending[p].shared;
       req["kernels"] = json::array();
-      for (size_t k = next; k < q; ++k) req["kernels"].push_back({{"artifact", pending[k].request["artifact"]}, {"abi", pending[k].request["abi"]}});
+      for (size_t k = next; k < q; ++k) req["kernels"].push_back(pending[k].kernel);
       if (!vendor.is_null()) req["vendor"] = vendor;
       for (json& a : run_runner(pending[p].backend, req, o.runner_env)) {
         if (next == q) break;
@@ -351,7 +345,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     if (o.verify && !reference) {
       result["verify"] = {{"status", "unavailable"}, {"reason", "no reference rendering for a source-mode kernel"}};
     }
-    if (o.vendor && k.index == 0 && !k.request.contains("vendor") && result.value("status", "") == "ok") {
+    if (o.vendor && k.index == 0 && k.vendor.is_null() && result.value("status", "") == "ok") {
       result["vendor"] = {{"status", "unavailable"}, {"reason", "a vendor baseline exists for the gemm template only"}};
     }
     if (result.value("status", "") == "ok") {

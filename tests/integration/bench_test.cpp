@@ -239,7 +239,8 @@ class BenchRunAll : public ::testing::Test {
   // A kernel y = 2x over 64 floats in the store under a key of its own; `crash` ends its
   // process by SIGSEGV instead; `template_kernel` makes it look like a template rendering
   // (trusted) rather than source mode.
-  nlohmann::json put(const std::string& tag, bool crash, bool template_kernel) {
+  // `scribble` writes into its const input after computing its output.
+  nlohmann::json put(const std::string& tag, bool crash, bool template_kernel, bool scribble = false) {
     const std::string key = core::sha256_hex(tag), symbol = "kernel_" + tag;
     const std::filesystem::path dir = store_.entry_dir(key);
     std::filesystem::create_directories(dir);
@@ -250,7 +251,9 @@ class BenchRunAll : public ::testing::Test {
                        << "  FILE* f = std::fopen(\"" << pids_.string() << "\", \"a\");\n"
                        << "  std::fprintf(f, \"" << tag << " %d\\n\", int(getpid()));\n  std::fclose(f);\n"
                        << (crash ? "  std::raise(SIGSEGV);\n" : "")
-                       << "  for (int i = 0; i < 64; ++i) y[i] = 2 * x[i];\n  return 0;\n}\n";
+                       << "  for (int i = 0; i < 64; ++i) y[i] = 2 * x[i];\n"
+                       << (scribble ? "  for (int i = 0; i < 64; ++i) const_cast<float*>(x)[i] = 1000.0f + i;\n" : "")
+                       << "  return 0;\n}\n";
     const std::string cc = "g++ -shared -fPIC -O1 -o " + (dir / "kernel.so").string() + " " + src.string();
     EXPECT_EQ(std::system(cc.c_str()), 0) << cc;
     const json tensor = {{"kind", "tensor"}, {"dtype", "float32"}};
@@ -316,6 +319,23 @@ TEST_F(BenchRunAll, TemplateKernelsShareOneRunnerAndACrashEndsOnlyItsKernel) {
   const std::vector<json> again = bencher_.run_all({ms[0], ms[1], ms[3]}, options());
   for (const json& a : again) EXPECT_TRUE(a["cached"]) << a.dump();
   EXPECT_FALSE(std::filesystem::exists(pids_));
+}
+
+// One reference for all the kernels of a runner, computed before any of them ran: a kernel
+// that writes into its input neither fails the ones after it (their inputs are restored)
+// nor itself (the reference saw the inputs it saw).
+TEST_F(BenchRunAll, AKernelThatWritesItsInputChangesNothingForTheOthers) {
+  const json reference = put("reference", false, true);
+  const std::vector<json> ms = {put("scribbler", false, true, true), put("after", false, true)};
+  core::BenchOptions o = options();
+  o.verify = true;
+  const std::vector<json> r = bencher_.run_all(ms, o, reference);
+  for (const json& a : r) {
+    ASSERT_EQ(a["status"], "ok") << a.dump();
+    EXPECT_TRUE(a["verify"]["passed"]) << a.dump();
+    EXPECT_EQ(a["verify"]["checked"], 64) << a.dump();
+  }
+  EXPECT_EQ(pids().at("scribbler"), pids().at("after")) << "one runner";
 }
 
 // A source-mode kernel's code could write the results of the kernels beside it: each runs

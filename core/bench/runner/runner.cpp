@@ -20,12 +20,13 @@
 // that gets that far. One result line per kernel, in order; the runner stops after a failed
 // one (the device may be in an error state), and the service starts another for the rest.
 // result  := {"status": "ok", "device", "min_ms", "median_ms", "p90_ms", "iters", "workspace_bytes",
-//             "phases_ms": {"device_init", "inputs", "first_call", "verify", "timing", "vendor"},
+//             "phases_ms": {"device_init", "inputs", "reference", "first_call", "verify", "timing", "vendor"},
 //             "verify"?: {"max_abs_err", "max_rel_err", "passed", "rtol", "atol", "checked"},
 //             "vendor"?: {"name", "min_ms", "median_ms"} | {"status": "unavailable", "reason"},
 //             "vs_vendor"?: vendor median / kernel median}
 //          | {"status": "failed", "reason"} | {"status": "unavailable", "reason"}
-// (device_init is the first kernel's; inputs is the later kernels' restore.) A kernel that
+// (device_init is the first kernel's; inputs is the later kernels' restore; reference is the
+// reference's run, or the read of its saved outputs, in the first kernel's.) A kernel that
 // crashes or hangs takes the runner with it; the service reports that for the kernel whose
 // line is missing.
 #include <dlfcn.h>
@@ -45,6 +46,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -334,6 +336,15 @@ Comparison compare(const core::TensorMeta& m, const unsigned char* got, const un
   return all;
 }
 
+// Writes `parts` one after the other to `path`, whole or not at all (through path.tmp), for a
+// later runner of the same autotune; a file that cannot be written is only a lost shortcut.
+void save(const std::string& path, const std::vector<std::string_view>& parts) {
+  std::ofstream out(path + ".tmp", std::ios::binary);
+  for (std::string_view p : parts) out.write(p.data(), std::streamsize(p.size()));
+  out.close();
+  if (out) std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
 // The tensors every kernel of a request runs on: seeded inputs (and an initial output) on
 // the device, their host copies, and the reference's outputs for them. Built once per
 // runner; each kernel after the first gets the initial contents again (restore), so one
@@ -377,11 +388,9 @@ class Workload {
     }
     restore();
     if (!inputs_file.empty() && !reuse) {
-      std::ofstream out(inputs_file + ".tmp", std::ios::binary);
-      out.write(tag.data(), std::streamsize(tag.size()));
-      for (const Buffer* b : in_order_) out.write(reinterpret_cast<const char*>(b->host.data()), std::streamsize(b->bytes));
-      out.close();
-      if (out) std::rename((inputs_file + ".tmp").c_str(), inputs_file.c_str());
+      std::vector<std::string_view> parts = {tag};
+      for (const Buffer* b : in_order_) parts.emplace_back(reinterpret_cast<const char*>(b->host.data()), b->bytes);
+      save(inputs_file, parts);
     }
     for (auto& [name, b] : buffers_) ptrs_[name] = b.dev.get();
   }
@@ -435,10 +444,9 @@ class Workload {
       dev_.download(reference_[o].data(), copies.at(o).get(), buffers_.at(o).bytes);
     }
     if (!saved.empty()) {
-      std::ofstream out(saved + ".tmp", std::ios::binary);
-      for (const auto& o : outputs) out.write(reinterpret_cast<const char*>(reference_[o].data()), std::streamsize(reference_[o].size()));
-      out.close();
-      if (out) std::rename((saved + ".tmp").c_str(), saved.c_str());
+      std::vector<std::string_view> parts;
+      for (const auto& o : outputs) parts.emplace_back(reinterpret_cast<const char*>(reference_[o].data()), reference_[o].size());
+      save(saved, parts);
     }
     return reference_;
   }
@@ -486,6 +494,17 @@ json bench_one(Device& dev, Workload& w, const json& k, const json& req, bool ve
   for (const auto* a : kernel.abi().tensors()) {
     if (!w.has(a->binds)) throw Failure("no tensor named `" + a->binds + "` for argument `" + a->name + "`");
   }
+  // Outputs: the tensors the kernel writes (non-const pointers).
+  std::vector<std::string> outputs;
+  for (const auto* a : kernel.abi().tensors()) {
+    if (!a->is_const) outputs.push_back(a->binds);
+  }
+  // The reference's outputs, computed (once) before any kernel has run on the inputs.
+  const std::map<std::string, std::vector<unsigned char>>* want = nullptr;
+  if (req.contains("reference")) {
+    want = &w.reference(req["reference"], scalars, outputs);
+    phases["reference"] = clock.lap();
+  }
   // The workspace query touches no tensor: pass none.
   size_t ws = 0;
   int rc = kernel.call({}, &ws, nullptr, dev.stream());
@@ -499,13 +518,7 @@ json bench_one(Device& dev, Workload& w, const json& k, const json& req, bool ve
   json out = {{"status", "ok"}, {"device", dev.describe()}, {"workspace_bytes", ws}};
   phases["first_call"] = clock.lap();
 
-  // Outputs: the tensors the kernel writes (non-const pointers).
-  std::vector<std::string> outputs;
-  for (const auto* a : kernel.abi().tensors()) {
-    if (!a->is_const) outputs.push_back(a->binds);
-  }
-  if (req.contains("reference")) {
-    const auto& want = w.reference(req["reference"], scalars, outputs);
+  if (want) {
     double max_abs = 0, max_rel = 0;
     int64_t checked = 0, bad = 0;
     double rtol = req.value("rtol", -1.0), atol = req.value("atol", -1.0);
@@ -516,7 +529,7 @@ json bench_one(Device& dev, Workload& w, const json& k, const json& req, bool ve
       const Dtype d = b.meta.dtype;
       if (rtol < 0) rtol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 2e-3 : d == Dtype::kBFloat16 ? 1.6e-2 : 1e-6;
       if (atol < 0) atol = d == Dtype::kFloat32 ? 1e-4 : d == Dtype::kFloat16 ? 1e-2 : d == Dtype::kBFloat16 ? 5e-2 : 1e-6;
-      const Comparison c = compare(b.meta, got.data(), want.at(o).data(), rtol, atol);
+      const Comparison c = compare(b.meta, got.data(), want->at(o).data(), rtol, atol);
       max_abs = std::max(max_abs, c.max_abs);
       max_rel = std::max(max_rel, c.max_rel);
       checked += c.checked;
