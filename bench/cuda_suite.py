@@ -14,7 +14,7 @@ products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias 
 --quick keeps one dtype, layout NN and no epilogue, unless --dtypes, --layouts or --epilogue say otherwise.
 
 Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
-                           [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias_gelu]
+                           [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt] [--epilogue none,bias,gelu,bias_gelu]
                            [--groups square,llm,bmm | --shapes 2048x11008x1024,...] [--budget-ms 100] [--jobs 16]
                            [--params '{"mma": "wgmma", ...}']
 """
@@ -33,6 +33,9 @@ SQUARE = [(1, s, s, s) for s in (1024, 2048, 4096, 8192)]
 LLM = [(1, m, n, k) for m in (1, 16, 128, 2048, 8192) for (n, k) in ((4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096))]
 # (batch, M, N, K): attention scores (L x d @ d x L) and values (L x L @ L x d) for 32 heads.
 BMM = [(32, 2048, 2048, 128), (32, 2048, 128, 2048), (64, 512, 512, 64), (64, 512, 64, 512)]
+# The suite's epilogue is bias + gelu; bias and gelu alone split its cost.
+EPILOGUES = {"none": [], "bias": [{"op": "add", "input": 2}], "gelu": [{"op": "gelu"}],
+             "bias_gelu": [{"op": "add", "input": 2}, {"op": "gelu"}]}
 
 
 def operand(name, dtype, batch, rows, cols, transposed):
@@ -50,9 +53,10 @@ def request(shape, dtype, layout, epilogue, budget_ms):
             "inputs": [operand("A", dtype, b, m, k, layout[0] == "t"), operand("B", dtype, b, k, n, layout[1] == "t")],
             "output": {"name": "C", "dtype": dtype, "sizes": [b, m, n] if b > 1 else [m, n]},
             "benchmark": {"verify": True, "vendor": True, "budget_ms": budget_ms}}
-    if epilogue == "bias_gelu":
+    if epilogue in ("bias", "bias_gelu"):
         body["inputs"].append({"name": "bias", "dtype": dtype, "sizes": [n]})
-        body["epilogue"] = [{"op": "add", "input": 2}, {"op": "gelu"}]
+    if EPILOGUES[epilogue]:
+        body["epilogue"] = EPILOGUES[epilogue]
     return body
 
 
@@ -91,8 +95,10 @@ class TorchTimer:
 
         def run():
             c = mm(a, bb)
-            if epilogue == "bias_gelu":
-                c = t.nn.functional.gelu(c + bias)
+            if epilogue in ("bias", "bias_gelu"):
+                c = c + bias
+            if epilogue in ("gelu", "bias_gelu"):
+                c = t.nn.functional.gelu(c)
             return c
 
         for _ in range(3):
@@ -117,7 +123,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="float16, NN, no epilogue (where --dtypes, --layouts, --epilogue are not given)")
     ap.add_argument("--dtypes", help="default float16,bfloat16")
     ap.add_argument("--layouts", help="default nn,nt,tn,tt")
-    ap.add_argument("--epilogue", help="default none,bias_gelu")
+    ap.add_argument("--epilogue", help="default none,bias_gelu (also: bias, gelu)")
     ap.add_argument("--groups", default="square,llm,bmm")
     ap.add_argument("--budget-ms", type=float, default=100)
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
@@ -142,6 +148,9 @@ def main():
     if args.only:
         keep = set(args.only.split(","))
         shapes = [s for s in shapes if "x".join(map(str, s[1:])) in keep or "x".join(map(str, s)) in keep]
+    unknown = set(args.epilogue.split(",")) - set(EPILOGUES)
+    if unknown:
+        ap.error(f"--epilogue: {', '.join(sorted(unknown))} is not one of {', '.join(EPILOGUES)}")
     cases = [(s, d, l, e) for s in shapes for d in args.dtypes.split(",") for l in args.layouts.split(",")
              for e in args.epilogue.split(",")]
 
@@ -186,7 +195,7 @@ def main():
         rows = []
         for (shape, dtype, layout, epi), j, wall in results:
             b, m, n, k = shape
-            name = f"{dtype} {layout.upper()} {'bias+gelu ' if epi != 'none' else ''}{'%dx' % b if b > 1 else ''}{m}x{n}x{k}"
+            name = f"{dtype} {layout.upper()} {epi.replace('_', '+') + ' ' if epi != 'none' else ''}{'%dx' % b if b > 1 else ''}{m}x{n}x{k}"
             if "http_error" in j:
                 print(f"{name}: HTTP {j['http_error']} {j['body'][:400]}", flush=True)
                 continue

@@ -380,9 +380,11 @@ __device__ __forceinline__ void store_pair(TC* p, float x, float y) {
   }
 }
 
-// The epilogue of one output, or 0 outside C (where it must not read its inputs).
+// The epilogue of one output, at its coordinates clamped into C: computed whether or not the
+// output is in C (one outside is never stored), so no branch separates the epilogue's loads
+// and they can be issued early and shared between rows (a bias is loaded once per column).
 __device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n, int64_t M$EPPARAMS$) {
-  return m < M && n < kN ? kf_epilogue(v, b, m, n$EPARGS$) : 0.0f;
+  return kf_epilogue(v, b, m < M ? m : M - 1, n < kN ? n : kN - 1$EPARGS$);
 }
 
 // A consumer warp's accumulators of one 64-row wgmma tile: warp w holds rows 16w + lane/4
@@ -578,14 +580,15 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
         for (int h = 0; h < 2; ++h) {
           const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
           const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
+          const float v0 = out_value(acc[mi][j * 4 + 2 * h], b, m, n, M$EPARGS$);
+          const float v1 = out_value(acc[mi][j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$);
           if (m >= M) continue;
-          const float v0 = acc[mi][j * 4 + 2 * h], v1 = acc[mi][j * 4 + 2 * h + 1];
           TC* const p = Cb + m * sCm + n * sCn;
           if (pairs && n + 1 < kN) {
-            store_pair(p, kf_epilogue(v0, b, m, n$EPARGS$), kf_epilogue(v1, b, m, n + 1$EPARGS$));
+            store_pair(p, v0, v1);
           } else {
-            if (n < kN) kf_store(p, kf_epilogue(v0, b, m, n$EPARGS$));
-            if (n + 1 < kN) kf_store(p + sCn, kf_epilogue(v1, b, m, n + 1$EPARGS$));
+            if (n < kN) kf_store(p, v0);
+            if (n + 1 < kN) kf_store(p + sCn, v1);
           }
         }
   }
