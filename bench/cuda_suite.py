@@ -4,7 +4,8 @@
 For each shape it asks a real kforge service for the gemm (`POST /kernels` with the template's
 default parameters, or `POST /autotune` with the default choices under --autotune), verified
 against the reference rendering, timed by kforge-runner-cuda beside cuBLAS on the same buffers
-(the runner's `vendor`), and times torch.mm / torch.bmm on the same shape in this process (CUDA
+(the runner's `vendor`: cuBLASLt with its own fused epilogue where cuBLASLt has the case's,
+bias, gelu (its tanh form) or bias + gelu; the plain gemm otherwise), and times torch.mm / torch.bmm on the same shape in this process (CUDA
 events, the 50 MiB L2 flushed with a 256 MiB memset before each call, median), when torch is
 importable. Every row says which device and driver measured it.
 
@@ -58,6 +59,10 @@ def request(shape, dtype, layout, epilogue, budget_ms):
     if EPILOGUES[epilogue]:
         body["epilogue"] = EPILOGUES[epilogue]
     return body
+
+
+def geomean(xs):
+    return math.exp(sum(map(math.log, xs)) / len(xs))
 
 
 def post(url, path, body):
@@ -208,13 +213,15 @@ def main():
             # An autotune times the vendor once, with the first choice: its answer carries it.
             vendor = bench.get("vendor") if bench.get("vendor", {}).get("median_ms") else j.get("vendor", {})
             ms, vms = bench["median_ms"], vendor.get("median_ms")
+            # cuBLAS's own epilogue where cuBLASLt fuses the case's (its gelu is the tanh form).
+            vname = "cuBLAS" if vendor.get("name", "cublas") == "cublas" else vendor["name"]
             tms = torch_timer.time(shape, dtype, layout, epi) if torch_timer else None
             flops = 2 * b * m * n * k
             ratio = vms / ms if vms else float("nan")
             vms = vms if vms else float("nan")
-            rows.append((name, ms, vms, tms, ratio, ok, params, wall))
+            rows.append((name, ms, vms, tms, ratio, ok, params, wall, epi, vname))
             print(f"{name:>40}: kforge {ms:.4f} ms (min {bench['min_ms']:.4f}, p90 {bench.get('p90_ms', float('nan')):.4f}, "
-                  f"{bench['iters']} runs; {flops / ms / 1e9:.0f} TFLOP/s)  cuBLAS {vms:.4f} ms  "
+                  f"{bench['iters']} runs; {flops / ms / 1e9:.0f} TFLOP/s)  {vname} {vms:.4f} ms  "
                   f"torch {tms if tms is None else round(tms, 4)} ms  kforge/cuBLAS {ratio:.2f}x  verified={ok}  "
                   f"wall {wall:.1f}s  {json.dumps(params, sort_keys=True)}", flush=True)
             if args.autotune:
@@ -245,12 +252,17 @@ def main():
         ratios = [r[4] for r in rows if r[4] == r[4] and r[4] > 0]
         print()
         print(f"# {len(rows)} of {len(cases)} cases timed in {total:.0f} s; "
-              f"geometric mean kforge/cuBLAS {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, "
-              f"min {min(ratios):.3f}" if ratios else "# nothing timed")
-        print("| case | kforge (ms) | cuBLAS (ms) | torch (ms) | kforge / cuBLAS | verified | params |")
-        print("|---|---|---|---|---|---|---|")
-        for name, ms, vms, tms, ratio, ok, params, _ in rows:
-            print(f"| {name} | {ms:.4f} | {vms:.4f} | {'' if tms is None else f'{tms:.4f}'} | {ratio:.2f}× | {ok} | "
+              f"geometric mean kforge/cuBLAS {geomean(ratios):.3f}, min {min(ratios):.3f}" if ratios else "# nothing timed")
+        for epi in sorted({r[8] for r in rows}):
+            mine = [r[4] for r in rows if r[8] == epi and r[4] == r[4] and r[4] > 0]
+            calls = sorted({r[9] for r in rows if r[8] == epi})
+            if mine:
+                print(f"#   epilogue {epi}: {len(mine)} cases against {', '.join(calls)}: geometric mean {geomean(mine):.3f}, "
+                      f"min {min(mine):.3f}, {sum(x < 0.8 for x in mine)} below 0.8")
+        print("| case | kforge (ms) | cuBLAS (ms) | cuBLAS call | torch (ms) | kforge / cuBLAS | verified | params |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, ms, vms, tms, ratio, ok, params, _, _, vname in rows:
+            print(f"| {name} | {ms:.4f} | {vms:.4f} | {vname} | {'' if tms is None else f'{tms:.4f}'} | {ratio:.2f}× | {ok} | "
                   f"`{json.dumps(params, sort_keys=True)}` |")
     finally:
         proc.terminate()

@@ -41,13 +41,45 @@ bool has_runtime_scalars(const json& abi) {
   return std::any_of(abi["args"].begin(), abi["args"].end(), [](const json& a) { return a["kind"] == "scalar" && !a.contains("value"); });
 }
 
-// The gemm's vendor call: problem `g` of template spec `t`.
+// The epilogue of template spec `t` as a vendor library fuses one (cuBLASLt's epilogues): an
+// optional bias over N (an [N] or [1, N] vector in the output's dtype, added first), then an
+// optional gelu or relu. {"ops": "bias_gelu", "bias": name, "offset": n}, or null where the
+// epilogue is anything else and the baseline can only be the plain gemm.
+json vendor_epilogue(const json& t) {
+  const json& ops = t.value("epilogue", json::array());
+  if (ops.empty()) return nullptr;
+  json out = json::object();
+  size_t i = 0;
+  const int input = ops[0].value("input", -1);
+  if (ops[0].value("op", "") == "add" && input >= 0 && size_t(input) < t["inputs"].size()) {
+    const json& bias = t["inputs"][size_t(input)];
+    const json& sizes = bias["sizes"];
+    const int64_t n = t["output"]["sizes"].back().get<int64_t>();
+    const bool vector = (sizes.size() == 1 || (sizes.size() == 2 && sizes[0] == 1)) && sizes.back() == n;
+    if (!vector || (n > 1 && bias["strides"].back() != 1) || bias["dtype"] != t["output"]["dtype"]) return nullptr;
+    out = {{"ops", "bias"}, {"bias", bias["name"]}, {"offset", bias.value("offset", int64_t{0})}};
+    ++i;
+  }
+  if (i < ops.size()) {
+    const std::string op = ops[i].value("op", "");
+    if (op != "gelu" && op != "relu") return nullptr;
+    out["ops"] = out.contains("ops") ? "bias_" + op : op;
+    if (op == "gelu") out["gelu"] = ops[i].value("approximate", "none") == "tanh" ? "tanh" : "erf";
+    ++i;
+  }
+  return i == ops.size() ? out : json(nullptr);
+}
+
+// The gemm's vendor call: problem `g` of template spec `t`, with the epilogue where the vendor
+// library can fuse it.
 json vendor_request(const templates::GemmProblem& g, const json& t) {
-  return json{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"batch", g.batch}, {"dtype", dtype_name(g.ab)},
-              {"out_dtype", dtype_name(g.out)}, {"sAb", g.sAb}, {"sAm", g.sAm}, {"sAk", g.sAk}, {"sBb", g.sBb},
-              {"sBk", g.sBk}, {"sBn", g.sBn}, {"sCb", g.sCb}, {"sCm", g.sCm}, {"sCn", g.sCn}, {"offA", g.offA},
-              {"offB", g.offB}, {"offC", g.offC}, {"a", t["inputs"][0]["name"]}, {"b", t["inputs"][1]["name"]},
-              {"c", t["output"]["name"]}};
+  json v{{"M", g.M}, {"N", g.N}, {"K", g.K}, {"batch", g.batch}, {"dtype", dtype_name(g.ab)},
+         {"out_dtype", dtype_name(g.out)}, {"sAb", g.sAb}, {"sAm", g.sAm}, {"sAk", g.sAk}, {"sBb", g.sBb},
+         {"sBk", g.sBk}, {"sBn", g.sBn}, {"sCb", g.sCb}, {"sCm", g.sCm}, {"sCn", g.sCn}, {"offA", g.offA},
+         {"offB", g.offB}, {"offC", g.offC}, {"a", t["inputs"][0]["name"]}, {"b", t["inputs"][1]["name"]},
+         {"c", t["output"]["name"]}};
+  if (json e = vendor_epilogue(t); !e.is_null()) v["epilogue"] = std::move(e);
+  return v;
 }
 
 // TensorMeta for every tensor argument: the template's own, or the client's (source mode).
@@ -267,11 +299,18 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       name += "-" + sha256_hex(json{{"inputs", t["inputs"]}, {"output", t["output"]}}.dump()).substr(0, 16);
     }
     const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
+    // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
+    const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
+    const json vendor_req = vendor && gemm ? vendor_request(*gemm, template_of(manifest, o)) : json();
     if (!o.force) {
       if (auto text = read_file(stored)) {
         json cached = json::parse(*text, nullptr, false);
-        // Reused only when it answers what was asked now.
-        if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!vendor || cached.contains("vendor"))) {
+        // Reused only when it answers what was asked now (a vendor time for this epilogue).
+        auto vendor_answers = [&] {
+          const json asked = vendor_req.is_object() ? vendor_req.value("epilogue", json()) : json();
+          return cached.contains("vendor") && cached["vendor"].is_object() && cached["vendor"].value("asked_epilogue", json()) == asked;
+        };
+        if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!vendor || vendor_answers())) {
           cached["cached"] = true;
           cached["trusted"] = trusted_timing(manifest);
           results[i] = cached;
@@ -285,8 +324,6 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       results[i] = {{"status", "failed"}, {"reason", why}};
       continue;
     }
-    // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
-    const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
     json req = {{"mode", "bench"}, {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
     if (o.extra_args.is_array()) {
       json scalars = json::object();
@@ -305,8 +342,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     }
     if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
     const json kernel = {{"artifact", (store_.entry_dir(key) / "kernel.so").string()}, {"abi", manifest["abi"]}};
-    pending.push_back({i, *backend, digest, stored, std::move(req), kernel,
-                       vendor && gemm ? vendor_request(*gemm, template_of(manifest, o)) : json()});
+    pending.push_back({i, *backend, digest, stored, std::move(req), kernel, vendor_req});
   }
 
   // Consecutive template kernels with the same request share a runner.

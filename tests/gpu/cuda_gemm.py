@@ -230,6 +230,30 @@ def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
     return True, worst, k.j
 
 
+def vendor_fuses_epilogue(url, workdir):
+    """The vendor time of a bias + gelu gemm is cuBLASLt's own fused epilogue; of a silu, the plain
+    gemm, saying that the epilogue is not in it. Both timed, and the kernel verified."""
+    def body(ops, extra):
+        return {"backend": "cuda", "arch": "sm_90a", "template": "gemm",
+                "inputs": [{"name": "A", "dtype": "float16", "sizes": [4, 256, 192]},
+                           {"name": "B", "dtype": "float16", "sizes": [4, 192, 320]}] + extra,
+                "output": {"name": "C", "dtype": "float16", "sizes": [4, 256, 320]}, "epilogue": ops,
+                "benchmark": {"verify": True, "vendor": True, "budget_ms": 20}}
+    st, fused = post(url, "/kernels", body([{"op": "add", "input": 2}, {"op": "gelu"}],
+                                           [{"name": "bias", "dtype": "float16", "sizes": [320]}]))
+    assert st == 200, fused
+    v = fused["benchmark"]["vendor"]
+    ok = (v.get("name") == "cublasLt+bias_gelu (tanh gelu)" and v.get("epilogue") == "fused" and v.get("median_ms", 0) > 0
+          and v["asked_epilogue"]["ops"] == "bias_gelu" and fused["benchmark"]["verify"]["passed"])
+    st, plain = post(url, "/kernels", body([{"op": "silu"}], []))
+    assert st == 200, plain
+    w = plain["benchmark"]["vendor"]
+    ok = ok and w.get("name") == "cublas" and w.get("median_ms", 0) > 0 and w.get("asked_epilogue") is None
+    if not ok:
+        raise AssertionError(f"vendor of bias+gelu: {v}; of silu: {w}")
+    return True, 0.0, fused
+
+
 def sass_has_hgmma(url, workdir):
     """The sm_90a default kernel's machine code issues HGMMA (cuobjdump on the GPU host)."""
     A = torch.randn(256, 256, device="cuda").half()
@@ -419,6 +443,7 @@ def main():
                    f"s{params.get('split_k', 1)}", run_case_runtime_m, url=url, workdir=work, dtype=dtype, params=params,
                    M0=M0, Ms=Ms, N=392, K=800, ops=chain)
         report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
+        report("wgmma vendor time fuses cuBLASLt's bias+gelu", vendor_fuses_epilogue, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]
 

@@ -136,6 +136,35 @@ TEST_F(Bench, TemplateKernelVerifiedAgainstTheReferenceAndTimedAgainstOpenBlas) 
   EXPECT_EQ(metric(*server_, "kforge_benchmark_runs_total"), runs + 1);
 }
 
+// The vendor time says whether the epilogue is in it: a bias + gelu is one a vendor library
+// can fuse (cuBLASLt does; OpenBLAS times the plain gemm and says so), a silu is not; a stored
+// result answers again only for the epilogue it was timed with.
+TEST_F(Bench, VendorTimeSaysWhetherItIncludesTheEpilogue) {
+  json req = gemm_request(96, 80, 64);
+  req["inputs"].push_back({{"name", "bias"}, {"dtype", "float32"}, {"sizes", {80}}});
+  req["epilogue"] = {{{"op", "add"}, {"input", 2}}, {{"op", "gelu"}}};
+  req["benchmark"] = {{"verify", true}, {"vendor", true}, {"budget_ms", 10}};
+  auto r = post_json(*server_, "/kernels", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& v = r.body["benchmark"]["vendor"];
+  ASSERT_GT(v.value("median_ms", 0.0), 0.0) << v.dump();
+  EXPECT_EQ(v["asked_epilogue"], json({{"ops", "bias_gelu"}, {"bias", "bias"}, {"offset", 0}, {"gelu", "erf"}}));
+  EXPECT_EQ(v["epilogue"].get<std::string>().rfind("not included: ", 0), 0u) << v.dump();
+  EXPECT_TRUE(r.body["benchmark"]["verify"]["passed"]);
+  auto again = post_json(*server_, "/kernels", req.dump());
+  EXPECT_TRUE(again.body["benchmark"]["cached"]);
+  EXPECT_EQ(again.body["benchmark"]["vendor"], v);
+
+  json silu = gemm_request(96, 80, 64);
+  silu["epilogue"] = {{{"op", "silu"}}};
+  silu["benchmark"] = req["benchmark"];
+  auto s = post_json(*server_, "/kernels", silu.dump());
+  ASSERT_EQ(s.status, 200) << s.raw;
+  EXPECT_GT(s.body["benchmark"]["vendor"].value("median_ms", 0.0), 0.0) << s.raw;
+  EXPECT_TRUE(s.body["benchmark"]["vendor"]["asked_epilogue"].is_null());
+  EXPECT_FALSE(s.body["benchmark"]["vendor"].contains("epilogue"));
+}
+
 TEST_F(Bench, GpuBenchmarkWithoutADeviceIsUnavailableNotAnError) {
   auto tc = get(*server_, "/toolchains");
   for (const char* backend : {"cuda", "rocm"}) {

@@ -27,6 +27,10 @@ struct VendorGemm {
   const void* A = nullptr;
   const void* B = nullptr;
   void* C = nullptr;
+  // The epilogue to fuse, where the library can: "bias", "gelu", "bias_gelu", "relu" or
+  // "bias_relu" ("" for none); the bias is a vector of N elements in the output's dtype.
+  std::string epilogue;
+  const void* bias = nullptr;
 };
 
 class Device {
@@ -47,6 +51,13 @@ class Device {
   // A callable that runs the vendor GEMM, or nullopt with the reason in `why`.
   virtual std::optional<std::function<void()>> vendor_gemm(const VendorGemm& g, std::string& why) = 0;
   virtual std::string vendor_name() const = 0;
+  // The vendor GEMM with g.epilogue fused into it, and in `fused` what the library computes
+  // (its name for the call and epilogue), or nullopt with the reason in `why`.
+  virtual std::optional<std::function<void()>> vendor_fused_gemm(const VendorGemm&, std::string& fused, std::string& why) {
+    (void)fused;
+    why = vendor_name() + " fuses no epilogue here";
+    return std::nullopt;
+  }
 };
 
 // The device of this runner program (defined in device_<kind>.cpp).

@@ -1,10 +1,14 @@
 // An NVIDIA GPU as a benchmark device (CUDA runtime + cuBLAS, built with the host compiler
 // against the toolkit's headers): device memory, a dedicated stream, CUDA events for timing,
-// a 256 MiB memset to flush L2, cublasGemmStridedBatchedEx as the vendor baseline.
+// a 256 MiB memset to flush L2, cublasGemmStridedBatchedEx as the vendor baseline, and
+// cuBLASLt's matmul where the request's epilogue is one cuBLASLt fuses.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -62,6 +66,50 @@ nlohmann::json nvml_facts(const std::string& pci_bus_id) {
   ::dlclose(lib);
   return out;
 }
+
+// How cuBLAS (column-major) sees a row-major problem: C^T = B^T A^T, so cuBLAS's (N x M)
+// output is op(B) op(A) with these transposes and leading dimensions.
+struct CublasOps {
+  bool ta = false, tb = false;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+std::optional<CublasOps> cublas_ops(const VendorGemm& g, std::string& why) {
+  if (g.dtype != g.out_dtype) {
+    why = "cuBLAS baseline is timed with the output in the input dtype";
+    return std::nullopt;
+  }
+  if (!(g.sCn == 1 || g.N == 1)) {
+    why = "C is not row-major";
+    return std::nullopt;
+  }
+  CublasOps o;
+  if (g.sBn == 1 || g.N == 1) { o.tb = false; o.ldb = std::max({g.sBk, g.N, int64_t{1}}); }
+  else if (g.sBk == 1 || g.K == 1) { o.tb = true; o.ldb = std::max({g.sBn, g.K, int64_t{1}}); }
+  else { why = "B has no unit stride"; return std::nullopt; }
+  if (g.sAk == 1 || g.K == 1) { o.ta = false; o.lda = std::max({g.sAm, g.K, int64_t{1}}); }
+  else if (g.sAm == 1 || g.M == 1) { o.ta = true; o.lda = std::max({g.sAk, g.M, int64_t{1}}); }
+  else { why = "A has no unit stride"; return std::nullopt; }
+  o.ldc = std::max({g.sCm, g.N, int64_t{1}});
+  return o;
+}
+
+// A cuBLASLt call's descriptors, alive as long as the call that uses them.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t algo{};
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (auto* l : {a, b, c})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
 
 class CudaDevice final : public Device {
  public:
@@ -131,36 +179,77 @@ class CudaDevice final : public Device {
     return ms;
   }
   std::optional<std::function<void()>> vendor_gemm(const VendorGemm& g, std::string& why) override {
-    if (g.dtype != g.out_dtype) {
-      why = "cuBLAS baseline is timed with the output in the input dtype";
-      return std::nullopt;
-    }
-    if (!(g.sCn == 1 || g.N == 1)) {
-      why = "C is not row-major";
-      return std::nullopt;
-    }
-    // Row-major C = A B is column-major C^T = B^T A^T: cuBLAS computes (N x M) = op(B) op(A).
-    bool tb, ta;
-    int64_t ldb, lda;
-    if (g.sBn == 1 || g.N == 1) { tb = false; ldb = std::max({g.sBk, g.N, int64_t{1}}); }
-    else if (g.sBk == 1 || g.K == 1) { tb = true; ldb = std::max({g.sBn, g.K, int64_t{1}}); }
-    else { why = "B has no unit stride"; return std::nullopt; }
-    if (g.sAk == 1 || g.K == 1) { ta = false; lda = std::max({g.sAm, g.K, int64_t{1}}); }
-    else if (g.sAm == 1 || g.M == 1) { ta = true; lda = std::max({g.sAk, g.M, int64_t{1}}); }
-    else { why = "A has no unit stride"; return std::nullopt; }
-    const int64_t ldc = std::max({g.sCm, g.N, int64_t{1}});
+    const auto ops = cublas_ops(g, why);
+    if (!ops) return std::nullopt;
     if (!handle_) {
       if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) { why = "cublasCreate failed"; return std::nullopt; }
       cublasSetStream(handle_, stream_);
     }
     const cudaDataType t = cuda_type(g.dtype);
-    return [this, g, ta, tb, lda, ldb, ldc, t] {
+    return [this, g, o = *ops, t] {
       const float alpha = 1.0f, beta = 0.0f;
-      cublasStatus_t s = cublasGemmStridedBatchedEx(handle_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                    int(g.N), int(g.M), int(g.K), &alpha, g.B, t, int(ldb), g.sBb, g.A, t,
-                                                    int(lda), g.sAb, &beta, g.C, t, int(ldc), g.sCb, int(g.batch),
+      cublasStatus_t s = cublasGemmStridedBatchedEx(handle_, o.tb ? CUBLAS_OP_T : CUBLAS_OP_N, o.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                    int(g.N), int(g.M), int(g.K), &alpha, g.B, t, int(o.ldb), g.sBb, g.A, t,
+                                                    int(o.lda), g.sAb, &beta, g.C, t, int(o.ldc), g.sCb, int(g.batch),
                                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmStridedBatchedEx failed: " + std::to_string(int(s)));
+    };
+  }
+  // cuBLASLt's matmul with its epilogue (bias, then gelu or relu; its gelu is the tanh form),
+  // the algorithm its heuristic ranks first with a 32 MiB workspace.
+  std::optional<std::function<void()>> vendor_fused_gemm(const VendorGemm& g, std::string& fused, std::string& why) override {
+    static const std::map<std::string, cublasLtEpilogue_t> kEpilogues = {
+        {"bias", CUBLASLT_EPILOGUE_BIAS}, {"gelu", CUBLASLT_EPILOGUE_GELU}, {"bias_gelu", CUBLASLT_EPILOGUE_GELU_BIAS},
+        {"relu", CUBLASLT_EPILOGUE_RELU}, {"bias_relu", CUBLASLT_EPILOGUE_RELU_BIAS}};
+    const auto epilogue = kEpilogues.find(g.epilogue);
+    if (epilogue == kEpilogues.end()) { why = "cuBLASLt has no epilogue " + g.epilogue; return std::nullopt; }
+    const auto ops = cublas_ops(g, why);
+    if (!ops) return std::nullopt;
+    if (!lt_) {
+      if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) { why = "cublasLtCreate failed"; return std::nullopt; }
+      lt_workspace_ = alloc(kLtWorkspace);
+    }
+    auto plan = std::make_shared<LtPlan>();
+    const cudaDataType t = cuda_type(g.dtype);
+    const cublasOperation_t op_a = ops->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ops->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    // Column-major (N x M) = op(B^T) op(A^T), as in vendor_gemm: cuBLAS's A is our B.
+    auto layout = [&](cublasLtMatrixLayout_t* l, bool trans, int64_t rows, int64_t cols, int64_t ld, int64_t batch_stride) {
+      if (trans) std::swap(rows, cols);
+      const int32_t count = int32_t(g.batch);
+      return cublasLtMatrixLayoutCreate(l, t, uint64_t(rows), uint64_t(cols), ld) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) == CUBLAS_STATUS_SUCCESS &&
+             cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride, sizeof batch_stride) ==
+                 CUBLAS_STATUS_SUCCESS;
+    };
+    const int32_t bias_type = t;
+    const bool made = cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+                      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a) == CUBLAS_STATUS_SUCCESS &&
+                      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b) == CUBLAS_STATUS_SUCCESS &&
+                      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue->second,
+                                                     sizeof epilogue->second) == CUBLAS_STATUS_SUCCESS &&
+                      (!g.bias || (cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias,
+                                                                  sizeof g.bias) == CUBLAS_STATUS_SUCCESS &&
+                                   cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                                  sizeof bias_type) == CUBLAS_STATUS_SUCCESS)) &&
+                      layout(&plan->a, ops->tb, g.N, g.K, ops->ldb, g.sBb) && layout(&plan->b, ops->ta, g.K, g.M, ops->lda, g.sAb) &&
+                      layout(&plan->c, false, g.N, g.M, ops->ldc, g.sCb) &&
+                      cublasLtMatmulPreferenceCreate(&plan->pref) == CUBLAS_STATUS_SUCCESS &&
+                      cublasLtMatmulPreferenceSetAttribute(plan->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kLtWorkspace,
+                                                           sizeof kLtWorkspace) == CUBLAS_STATUS_SUCCESS;
+    if (!made) { why = "cuBLASLt refused the descriptors of this problem"; return std::nullopt; }
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt_, plan->op, plan->a, plan->b, plan->c, plan->c, plan->pref, 1, &plan->algo, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      why = "cuBLASLt has no algorithm for this problem with the " + g.epilogue + " epilogue";
+      return std::nullopt;
+    }
+    fused = "cublasLt+" + g.epilogue + (g.epilogue.find("gelu") != std::string::npos ? " (tanh gelu)" : "");
+    return [this, g, plan] {
+      const float alpha = 1.0f, beta = 0.0f;
+      cublasStatus_t s = cublasLtMatmul(lt_, plan->op, &alpha, g.B, plan->a, g.A, plan->b, &beta, g.C, plan->c, g.C, plan->c,
+                                        &plan->algo.algo, lt_workspace_, kLtWorkspace, stream_);
+      if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasLtMatmul failed: " + std::to_string(int(s)));
     };
   }
   std::string vendor_name() const override { return "cublas"; }
@@ -173,6 +262,9 @@ class CudaDevice final : public Device {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
   cublasHandle_t handle_ = nullptr;
+  static constexpr size_t kLtWorkspace = size_t(32) << 20;
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
   void* flush_ = nullptr;
   size_t flush_bytes_ = size_t(256) << 20;
   int salt_ = 0;

@@ -22,7 +22,8 @@
 // result  := {"status": "ok", "device", "min_ms", "median_ms", "p90_ms", "iters", "workspace_bytes",
 //             "phases_ms": {"device_init", "inputs", "reference", "first_call", "verify", "timing", "vendor"},
 //             "verify"?: {"max_abs_err", "max_rel_err", "passed", "rtol", "atol", "checked"},
-//             "vendor"?: {"name", "min_ms", "median_ms"} | {"status": "unavailable", "reason"},
+//             "vendor"?: {"name", "min_ms", "median_ms", "epilogue"?, "asked_epilogue"}
+//                        | {"status": "unavailable", "reason", "asked_epilogue"},
 //             "vs_vendor"?: vendor median / kernel median}
 //          | {"status": "failed", "reason"} | {"status": "unavailable", "reason"}
 // (device_init is the first kernel's; inputs is the later kernels' restore; reference is the
@@ -470,20 +471,38 @@ json vendor_timing(Device& dev, Workload& w, const json& v, const json& req) {
                         {"sBn", &g.sBn}, {"sCb", &g.sCb}, {"sCm", &g.sCm}, {"sCn", &g.sCn}}) {
     *dst = v.at(k).get<int64_t>();
   }
-  auto at = [&](const char* name, int64_t off) {
-    Buffer& b = w.buffer(v.at(name).get<std::string>());
+  auto at = [&](const std::string& tensor, int64_t off) {
+    Buffer& b = w.buffer(tensor);
     return static_cast<unsigned char*>(b.dev.get()) + off * int64_t(core::dtype_size(b.meta.dtype));
   };
-  g.A = at("a", v.value("offA", int64_t{0}));
-  g.B = at("b", v.value("offB", int64_t{0}));
-  g.C = at("c", v.value("offC", int64_t{0}));
-  std::string why;
+  g.A = at(v.at("a"), v.value("offA", int64_t{0}));
+  g.B = at(v.at("b"), v.value("offB", int64_t{0}));
+  g.C = at(v.at("c"), v.value("offC", int64_t{0}));
+  // The epilogue the library fuses where it can; else the plain gemm, saying that the
+  // epilogue is not in its time. "asked_epilogue" tells a stored result what it answered.
+  const json asked = v.value("epilogue", json());
+  std::string why, fused, not_fused;
+  if (asked.is_object()) {
+    g.epilogue = asked.value("ops", "");
+    if (asked.contains("bias")) g.bias = at(asked.at("bias"), asked.value("offset", int64_t{0}));
+    if (auto fn = dev.vendor_fused_gemm(g, fused, not_fused)) {
+      json vt = time_it(dev, *fn, req);
+      vt["name"] = fused;
+      vt["epilogue"] = "fused";
+      vt["asked_epilogue"] = asked;
+      return vt;
+    }
+    g.epilogue.clear();
+    g.bias = nullptr;
+  }
   if (auto fn = dev.vendor_gemm(g, why)) {
     json vt = time_it(dev, *fn, req);
     vt["name"] = dev.vendor_name();
+    if (asked.is_object()) vt["epilogue"] = "not included: " + not_fused;
+    vt["asked_epilogue"] = asked;
     return vt;
   }
-  return {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}};
+  return {{"status", "unavailable"}, {"name", dev.vendor_name()}, {"reason", why}, {"asked_epilogue", asked}};
 }
 
 // One kernel of the request ({"artifact", "abi"}) on the workload: first call, verification
