@@ -69,7 +69,9 @@ struct EpilogueCode {
   std::string params;  // ", const float* __restrict__ e2" ... (leading comma)
   std::string args;    // ", e2" ...
 };
-EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& sig);
+// The reference rendering's epilogue is the plain formula of every op (erff for gelu); a CUDA
+// kernel's gelu is kf_gelu_erf (see gemm.cpp).
+EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& sig, bool reference);
 
 // Per-backend renderers, in gemm_<backend>.cpp.
 std::string render_gemm_cpu(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
