@@ -1,6 +1,6 @@
 // The Hopper gemm's default search (GemmTemplate::default_choices on sm_90a): wgmma tilings
 // only, pruned by the cost model where the problem is compute-bound (which alone tries
-// clusters), split-K added where the tiles leave SMs idle.
+// clusters), split-K added where the tiles leave SMs idle. And which gelu each rendering uses.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -72,6 +72,33 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   }
   // Batched attention scores: 32 x 8 x 8 = 2048 tiles of 256, compute-bound by the model.
   EXPECT_EQ(hopper_choices(32, 2048, 2048, 128).count("64x128/1"), 0u);
+}
+
+// The erf gelu of a tuned CUDA kernel is kf_gelu_erf (the erfc form); the reference rendering
+// keeps 0.5 x (1 + erff(x / sqrt 2)), so verification compares the two.
+TEST(GemmEpilogue, CudaKernelsTakeTheErfcGeluAndTheReferenceKeepsErff) {
+  TemplateRequest r;
+  r.backend = Backend::kCuda;
+  r.archs = {"sm_90a"};
+  r.spec.name = "gemm";
+  r.spec.inputs = {matrix("A", 1, 256, 128), matrix("B", 1, 128, 192)};
+  r.spec.output = matrix("C", 1, 256, 192);
+  EpilogueOp gelu;
+  gelu.op = "gelu";
+  r.spec.epilogue = {gelu};
+  const Template* gemm = Registry::builtin().find("gemm");
+  ASSERT_TRUE(gemm->check(r));  // fills in the default parameters
+  const auto tuned = gemm->render(r, false), reference = gemm->render(r, true);
+  ASSERT_TRUE(tuned && reference);
+  EXPECT_NE(tuned->source.find("v = kf_gelu_erf(v);"), std::string::npos);
+  EXPECT_NE(tuned->source.find("ex2.approx.ftz.f32"), std::string::npos);
+  EXPECT_EQ(reference->source.find("kf_gelu_erf"), std::string::npos);
+  EXPECT_NE(reference->source.find("erff(v * 0.7071067811865476f)"), std::string::npos);
+  r.spec.epilogue[0].tanh_approx = true;  // the tanh form is the same formula everywhere
+  const auto tanh_form = gemm->render(r, false);
+  ASSERT_TRUE(tanh_form);
+  EXPECT_EQ(tanh_form->source.find("kf_gelu_erf"), std::string::npos);
+  EXPECT_NE(tanh_form->source.find("tanhf(0.7978845608028654f"), std::string::npos);
 }
 
 }  // namespace
