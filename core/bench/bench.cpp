@@ -299,9 +299,11 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       name += "-" + sha256_hex(json{{"inputs", t["inputs"]}, {"output", t["output"]}}.dump()).substr(0, 16);
     }
     const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
-    // A template kernel's problem (source mode has none): the gemm's sizes and vendor call.
-    const auto gemm = manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt;
-    const json vendor_req = vendor && gemm ? vendor_request(*gemm, template_of(manifest, o)) : json();
+    // A template kernel's problem (source mode has none): the gemm's sizes and vendor call,
+    // read where a result is to be run or the vendor call asked (the first kernel's).
+    auto gemm_problem = [&] { return manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt; };
+    const auto vendor_gemm = vendor ? gemm_problem() : std::nullopt;
+    const json vendor_req = vendor_gemm ? vendor_request(*vendor_gemm, template_of(manifest, o)) : json();
     if (!o.force) {
       if (auto text = read_file(stored)) {
         json cached = json::parse(*text, nullptr, false);
@@ -324,6 +326,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       results[i] = {{"status", "failed"}, {"reason", why}};
       continue;
     }
+    const auto gemm = vendor ? vendor_gemm : gemm_problem();
     json req = {{"mode", "bench"}, {"tensors", *tensors}, {"budget_ms", o.budget_ms}, {"seed", 0}};
     if (o.extra_args.is_array()) {
       json scalars = json::object();

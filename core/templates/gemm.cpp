@@ -359,6 +359,7 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
   const auto& spec = req.spec;
   EpilogueCode code;
   const bool fast_gelu = req.backend == Backend::kCuda && !reference;
+  bool calls_fast_gelu = false;
   std::ostringstream body;
   std::set<int> declared;
   const TensorMeta& c = spec.output;
@@ -386,13 +387,15 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
     else if (op.op == "silu") body << "v = v / (1.0f + expf(-v));";
     else if (op.op == "tanh") body << "v = tanhf(v);";
     else if (op.op == "gelu" && op.tanh_approx) body << "v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));";
-    else if (op.op == "gelu" && fast_gelu) body << "v = kf_gelu_erf(v);";
+    else if (op.op == "gelu" && fast_gelu) {
+      body << "v = kf_gelu_erf(v);";
+      calls_fast_gelu = true;
+    }
     else if (op.op == "gelu") body << "v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));";
     else if (op.op == "cast") body << "{ " << element_ctype(req.backend, op.dtype) << " r; kf_store(&r, v); v = kf_to_float(r); }";
     body << "  // " << op.op << "\n";
   }
-  const bool gelu = std::any_of(spec.epilogue.begin(), spec.epilogue.end(), [](const auto& op) { return op.op == "gelu" && !op.tanh_approx; });
-  code.function = std::string(fast_gelu && gelu ? kCudaGeluErf : "") + "KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n" +
+  code.function = std::string(calls_fast_gelu ? kCudaGeluErf : "") + "KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n" +
                   code.params + ") {\n" + "  (void)b; (void)m; (void)n;\n" + body.str() + "  return v;\n}\n";
   return code;
 }

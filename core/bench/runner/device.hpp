@@ -53,8 +53,7 @@ class Device {
   virtual std::string vendor_name() const = 0;
   // The vendor GEMM with g.epilogue fused into it, and in `fused` what the library computes
   // (its name for the call and epilogue), or nullopt with the reason in `why`.
-  virtual std::optional<std::function<void()>> vendor_fused_gemm(const VendorGemm&, std::string& fused, std::string& why) {
-    (void)fused;
+  virtual std::optional<std::function<void()>> vendor_fused_gemm(const VendorGemm&, std::string& /*fused*/, std::string& why) {
     why = vendor_name() + " fuses no epilogue here";
     return std::nullopt;
   }
