@@ -254,6 +254,50 @@ def vendor_fuses_epilogue(url, workdir):
     return True, 0.0, fused
 
 
+def gelu_accuracy(url, workdir, dtype, arch):
+    """The erf gelu of a tuned kernel (kf_gelu_erf) against float64 x Phi(x) for every float16
+    value in [-16, 16] (as the dtype holds it) and inf, -inf, NaN, through a gemm that passes x
+    on unchanged (A's column 0 is x, B's row 0 ones, the rest zeros). Each output is the float64
+    value rounded to the output type, give or take 1.2e-5 of it (the function's own error: 6.8e-6
+    at most in float), so a gelu worse than that shows in the rounding of some of the 30,000
+    values. inf gives inf and NaN gives NaN; -inf gives 0, the limit (the erff formula: NaN)."""
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    x = bits[torch.isfinite(bits) & (bits.abs() <= 16)]
+    x = torch.cat([x, torch.tensor([float("inf"), float("-inf"), float("nan")])]).cuda()
+    M, N, K = x.numel(), 8, 16
+    A = torch.zeros(M, K, device="cuda", dtype=DT[dtype])
+    A[:, 0] = x.to(DT[dtype])
+    B = torch.zeros(K, N, device="cuda", dtype=DT[dtype])
+    B[0] = 1
+    C = torch.empty(M, N, device="cuda", dtype=DT[dtype])
+    body = {"backend": "cuda", "arch": arch, "template": "gemm", "inputs": [meta("A", A), meta("B", B)],
+            "output": meta("C", C), "epilogue": [{"op": "gelu"}]}
+    k = Kernel(url, body, workdir)
+    if "kf_gelu_erf(v)" not in urllib.request.urlopen(url + k.j["source_url"]).read().decode():
+        raise AssertionError("the tuned kernel does not call kf_gelu_erf")
+    k({"A": A, "B": B, "C": C}, {"M": M})
+    torch.cuda.synchronize()
+    out = C.double()
+    xd = A[:, 0].double()  # x as the gemm saw it (bfloat16 rounds some)
+    ref = xd * 0.5 * torch.erfc(-xd / math.sqrt(2))
+    finite = torch.isfinite(xd)
+    specials = out[~finite, 0].tolist()
+    if not (specials[0] == float("inf") and specials[1] == 0 and math.isnan(specials[2])):
+        raise AssertionError(f"gelu(inf, -inf, nan) = {specials}")
+    # Where 2^(Q - log2(e) x^2 / 2) falls below float's smallest normal (x < -13) ex2 flushes it
+    # to zero: outputs under 2^-124 (4.7e-38) may be 0.
+    half_ulp, tiny = {"float16": (2.0 ** -11, 2.0 ** -25), "bfloat16": (2.0 ** -8, 2.0 ** -124), "float32": (2.0 ** -24, 2.0 ** -124)}[dtype]
+    xs, ys, refs = xd[finite], out[finite], ref[finite]
+    err = (ys - refs[:, None]).abs()
+    bound = (half_ulp + 1.2e-5) * refs[:, None].abs() + tiny
+    bad = (err > bound).any(dim=1)
+    if bad.any():
+        i = int(bad.nonzero()[0, 0])
+        raise AssertionError(f"{int(bad.sum())} of {xs.numel()} values off, e.g. gelu({xs[i].item()!r}) = {ys[i, 0].item()!r}, "
+                             f"float64 {refs[i].item()!r}")
+    return True, float((err / bound).max()), k.j  # the largest error as a fraction of its bound
+
+
 def sass_has_hgmma(url, workdir):
     """The sm_90a default kernel's machine code issues HGMMA (cuobjdump on the GPU host)."""
     A = torch.randn(256, 256, device="cuda").half()
@@ -291,6 +335,7 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only-wgmma", action="store_true", help="only the sm_90a wgmma cases")
+    ap.add_argument("--match", default="", help="only the cases whose label contains this")
     args = ap.parse_args()
     torch.manual_seed(0)
     work = tempfile.mkdtemp(prefix="kforge-gpu-")
@@ -443,9 +488,14 @@ def main():
                    f"s{params.get('split_k', 1)}", run_case_runtime_m, url=url, workdir=work, dtype=dtype, params=params,
                    M0=M0, Ms=Ms, N=392, K=800, ops=chain)
         report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
+        for dtype, arch in (("float16", "sm_90a"), ("bfloat16", "sm_90a"), ("float32", "sm_90"), ("float16", "sm_90")):
+            report(f"{'wgmma ' if arch == 'sm_90a' else ''}{dtype} {arch} gelu accuracy", gelu_accuracy, url=url, workdir=work,
+                   dtype=dtype, arch=arch)
         report("wgmma vendor time fuses cuBLASLt's bias+gelu", vendor_fuses_epilogue, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]
+        if args.match:
+            cases[:] = [c for c in cases if args.match in c[0]]
 
         # The cases compile concurrently (the service runs one nvcc per request thread).
         with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:

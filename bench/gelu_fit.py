@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Fits the erfc of the CUDA kernels' erf gelu (kf_gelu_erf in core/templates/gemm.cpp) and
+checks it in simulated float arithmetic. Prints the constants the template uses.
+
+gelu(x) = x Phi(x) = max(x, 0) - |x| h(|x|), h(a) = erfc(a / sqrt 2) / 2, and
+erfc(z) = t 2^(Q(t) - log2(e) z^2) with t = 1 / (1 + p z): Q(t) = log2(erfc(z) e^(z^2) / t) is
+smooth on t in (0, 1], so a polynomial of low degree fits it. For each p the fit minimizes the
+largest error of Q (which is the relative error of erfc, over ln 2) on z in [0, 11.5] by
+Lawson's iteration (iteratively reweighted least squares) on Chebyshev nodes in t; p is then
+chosen on a grid. The check evaluates the kernel's sequence of float operations (fused
+multiply-adds rounded once; rcp and ex2 correctly rounded, where the GPU's approx forms are
+within an ulp or two) against x Phi(x) in double, and the erff formula the reference uses.
+
+Usage: /usr/bin/python3 bench/gelu_fit.py [--degree 6]   (numpy only)
+"""
+import argparse
+import math
+
+import numpy as np
+
+F = np.float32
+LOG2E_HALF = 0.72134752044448170  # log2(e) / 2: 2^(-LOG2E_HALF a^2) = e^(-a^2 / 2)
+CLAMP = 16.0  # |x| beyond which the ex2 is 0 in float
+
+
+def fit(p, degree, zmax=11.5, iters=300):
+    t = 0.5 - 0.5 * np.cos(np.pi * np.linspace(0, 1, 12000))
+    t = t[(t >= 1 / (1 + p * zmax)) & (t <= 1.0)]
+    z = (1 / t - 1) / p
+    q = np.array([math.log2(math.erfc(v) * math.exp(v * v)) for v in z]) - np.log2(t)
+    v = np.vander(t, degree + 1, increasing=True)
+    w = np.ones_like(t) / len(t)
+    for _ in range(iters):
+        c, *_ = np.linalg.lstsq(v * np.sqrt(w)[:, None], q * np.sqrt(w), rcond=None)
+        e = np.abs(v @ c - q)
+        w = np.maximum(w * e / (w * e).sum(), 1e-14)
+    return float(np.abs(v @ c - q).max() * math.log(2)), c
+
+
+def fma(a, b, c):
+    return F(np.float64(a) * np.float64(b) + np.float64(c))
+
+
+def kernel_gelu(x, p, c):
+    """kf_gelu_erf's operations, in order, in float. c: Q's coefficients, constant term first,
+    already less 1 (so that the ex2 gives erfc / 2)."""
+    a = np.minimum(np.abs(x), F(CLAMP))
+    t = F(1.0 / fma(a, F(p / math.sqrt(2)), F(1)).astype(np.float64))
+    q = F(c[-1])
+    for k in range(len(c) - 2, -1, -1):
+        q = fma(q, t, F(c[k]))
+    e = F(np.exp2(fma(a, F(a * F(-LOG2E_HALF)), q).astype(np.float64)))
+    return fma(-a, F(t * e), np.maximum(x, F(0)))
+
+
+def erff_gelu(x):
+    erf = F(np.array([math.erf(v) for v in (x * F(0.7071067811865476)).astype(np.float64)]))
+    return F(F(F(0.5) * x) * F(F(1) + erf))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--degree", type=int, default=6)
+    args = ap.parse_args()
+    best = min((fit(p, args.degree, iters=60)[0], p) for p in np.linspace(0.2, 1.2, 101))
+    fits = [(*fit(p, args.degree), p) for p in np.linspace(best[1] - 0.01, best[1] + 0.01, 21)]
+    err, c, p = min(fits, key=lambda f: f[0])
+    c = list(c)
+    c[0] -= 1
+    print(f"degree {args.degree}: p = {p:.4f} (t = 1 / (1 + {p / math.sqrt(2):.9e} |x|)), largest relative error of the fit {err:.3g}")
+    print("Q - 1, highest power first:", ", ".join(f"{v:.9e}f" for v in reversed(c)))
+    x = np.concatenate([np.linspace(-16, 16, 400001), np.linspace(-1e-3, 1e-3, 2001)]).astype(F)
+    x = x[x != 0]
+    exact = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+    for name, y in (("kf_gelu_erf", kernel_gelu(x, p, c)), ("0.5 x (1 + erff(x / sqrt 2))", erff_gelu(x))):
+        rel = np.abs(y.astype(np.float64) - exact) / np.maximum(np.abs(exact), 1e-300)
+        tiny = np.abs(exact) > 1e-30
+        parts = {"x > 0": x > 0, "[-5, 0)": (x < 0) & (x >= -5), "[-12, -5)": (x < -5) & (x >= -12) & tiny}
+        print(f"{name:30s}", "  ".join(f"{k}: {rel[m].max():.2g}" for k, m in parts.items()), f"  largest absolute error {np.abs(y - exact).max():.2g}")
+    print("kf_gelu_erf(inf, -inf, nan) =", kernel_gelu(np.array([np.inf, -np.inf, np.nan], F), p, c))
+
+
+if __name__ == "__main__":
+    main()
