@@ -10,7 +10,10 @@ ncu on the GPU host, e.g.:
         python3 bench/ncu_gemm.py --kforge .device/bundle/bin/kforge --shape 4096x4096x4096 --params '{"mma": "wgmma"}'
 
 With --vendor it calls torch.mm instead, so that cuBLAS's kernel is profiled the same way
-(`-k regex:"gemm|nvjet|xmma"`: its name says its tile, cluster and schedule).
+(`-k regex:"gemm|nvjet|xmma"`: its name says its tile, cluster and schedule). With
+`--epilogue bias_gelu` the kernel adds a bias over N and applies the erf gelu, and the vendor
+call is torch._addmm_activation(bias, A, B, use_gelu=True): cuBLASLt's own fused bias + gelu
+(the tanh form), the baseline the suite compares with.
 
 The summaries kept per step are in docs/gpu/ (ncu_*.txt).
 """
@@ -47,13 +50,18 @@ def main():
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--options", default="", help="compile options (JSON), e.g. {\"defines\": {\"X\": \"1\"}}")
     ap.add_argument("--vendor", action="store_true", help="profile torch.mm (cuBLAS) on the same shape instead")
+    ap.add_argument("--epilogue", choices=["none", "bias_gelu"], default="none")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     dt = getattr(torch, args.dtype)
+    bias_gelu = args.epilogue == "bias_gelu"
     if args.vendor:
         a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
-        ms = timed(lambda: torch.mm(a, b), args.calls)
-        print(f"# torch.mm {args.dtype} {args.shape}: {ms:.4f} ms a call, {args.calls} calls back to back")
+        bias = torch.randn(n, device="cuda", dtype=dt)
+        call = (lambda: torch._addmm_activation(bias, a, b, use_gelu=True)) if bias_gelu else (lambda: torch.mm(a, b))
+        ms = timed(call, args.calls)
+        name = "torch._addmm_activation(use_gelu)" if bias_gelu else "torch.mm"
+        print(f"# {name} {args.dtype} {args.shape}: {ms:.4f} ms a call, {args.calls} calls back to back")
         return
     if not args.kforge:
         ap.error("--kforge is required (or --vendor)")
@@ -66,6 +74,9 @@ def main():
         body = {"backend": "cuda", "arch": "native", "template": "gemm",
                 "inputs": [{"name": "A", "dtype": args.dtype, "sizes": [m, k]}, {"name": "B", "dtype": args.dtype, "sizes": [k, n]}],
                 "output": {"name": "C", "dtype": args.dtype, "sizes": [m, n]}}
+        if bias_gelu:
+            body["inputs"].append({"name": "bias", "dtype": args.dtype, "sizes": [n]})
+            body["epilogue"] = [{"op": "add", "input": 2}, {"op": "gelu"}]
         if args.params:
             body["params"] = json.loads(args.params)
         if args.options:
@@ -80,7 +91,7 @@ def main():
         proc.wait()
     print("# kernel", j["kernel_name"], json.dumps(j["template"]["params"]), flush=True)
     t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
-         "C": torch.empty(m, n, device="cuda", dtype=dt)}
+         "C": torch.empty(m, n, device="cuda", dtype=dt), "bias": torch.randn(n, device="cuda", dtype=dt)}
     fn = getattr(ctypes.CDLL(path), j["kernel_name"])
 
     def call_args(ws, ws_size=None):  # M is an argument where the kernel takes any M (no "value")
@@ -100,7 +111,10 @@ def main():
     assert rc == 0, rc
     ms = timed(lambda: fn(*argv), args.calls)
     print(f"# {ms:.4f} ms a call, {args.calls} calls back to back")
-    err = (t["C"].float() - t["A"].float() @ t["B"].float()).abs().max().item()
+    ref = t["A"].float() @ t["B"].float()
+    if bias_gelu:
+        ref = torch.nn.functional.gelu(ref + t["bias"].float())
+    err = (t["C"].float() - ref).abs().max().item()
     print(f"# max abs error vs torch: {err:.3g}")
 
 
