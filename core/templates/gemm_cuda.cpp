@@ -261,7 +261,11 @@ size_t workspace_bytes(int64_t M) { return SPLITS > 1 && M > 0 ? size_t(SPLITS) 
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
 constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
-// Rows stored as 16-byte vectors: 16-bit outputs, rows contiguous and 8-element aligned.
+// Rows stored as 16-byte vectors: 16-bit outputs, rows contiguous and 8-element aligned. The
+// kernel has one store path or the other, never both: with both (the choice made at run time
+// by C's alignment) its code was 2.4 times as large (163 KiB, most of it the unrolled
+// epilogue), it was slower, and its time moved by up to 12% with where the driver loaded that
+// code (docs/BENCHMARKS.md). A C whose base breaks the alignment runs the mma_sync kernel.
 constexpr bool STAGED = sizeof(TC) == 2 && sCn == 1 && sCm % 8 == 0 && sCb % 8 == 0 && offC % 8 == 0;
 constexpr uint32_t EPI_WARP_BYTES = 16 * 64 * 2;  // a warp's 16 rows x 64 columns of 16-bit outputs
 // Tiles are stored in 128-byte-swizzled atoms of 8 rows x 128 bytes, as TMA's SWIZZLE_128B
@@ -526,7 +530,6 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
   // columns 8j + 2 (lane % 4) (+1).
   const int warp = tid / 32, lane = tid % 32;
   const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
-  const bool staged = STAGED && reinterpret_cast<uintptr_t>(C + offC) % 16 == 0;
   unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
@@ -567,30 +570,30 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
       for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
       continue;
     }
-    if (staged) {
+    if constexpr (STAGED) {
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, Cb, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane$EPARGS$);
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int mi = 0; mi < M_ITERS; ++mi)
+      for (int mi = 0; mi < M_ITERS; ++mi)
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
+        for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
-          const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
-          const float v0 = out_value(acc[mi][j * 4 + 2 * h], b, m, n, M$EPARGS$);
-          const float v1 = out_value(acc[mi][j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$);
-          if (m >= M) continue;
-          TC* const p = Cb + m * sCm + n * sCn;
-          if (pairs && n + 1 < kN) {
-            store_pair(p, v0, v1);
-          } else {
-            if (n < kN) kf_store(p, v0);
-            if (n + 1 < kN) kf_store(p + sCn, v1);
+          for (int h = 0; h < 2; ++h) {
+            const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
+            const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
+            const float v0 = out_value(acc[mi][j * 4 + 2 * h], b, m, n, M$EPARGS$);
+            const float v1 = out_value(acc[mi][j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$);
+            if (m >= M) continue;
+            TC* const p = Cb + m * sCm + n * sCn;
+            if (pairs && n + 1 < kN) {
+              store_pair(p, v0, v1);
+            } else {
+              if (n < kN) kf_store(p, v0);
+              if (n + 1 < kN) kf_store(p + sCn, v1);
+            }
           }
-        }
+    }
   }
 }
 
@@ -704,9 +707,10 @@ constexpr const char* kWgmmaEntry = R"(
 
 extern "C" $DECL$ {
   if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // split-K's partial sums
-$SHAPE_CHECK$$NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time);
-  // a view that starts mid-vector runs on the mma_sync kernel instead.
-  const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0;
+$SHAPE_CHECK$$NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time), and
+  // so does the staged store; a view that starts mid-vector runs on the mma_sync kernel instead.
+  const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0 &&
+                       (!wg::STAGED || wg::SPLITS > 1 || reinterpret_cast<uintptr_t>($C$ + offC) % 16 == 0);
   const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M$EPARGS$, stream)
                                 : tc::run($A$, $B$, $C$, M$EPARGS$, stream);
   return e == cudaSuccess ? 0 : 3;

@@ -143,12 +143,13 @@ def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, pa
     return ok, float(err.max()), k.j
 
 
-def run_views(url, workdir, dtype, A, B, arch, params=None):
+def run_views(url, workdir, dtype, A, B, arch, params=None, C=None):
     """Runs the kernel on A and B as the views they are (strides, storage offsets, base
     alignment) and compares with float64. torch's data_ptr() already points at a view's
     first element, so the TensorMeta offset (added by the kernel to the pointer it
     receives) is 0 here."""
-    C = torch.empty(*A.shape[:-1], B.shape[-1], device="cuda", dtype=DT[dtype])
+    if C is None:
+        C = torch.empty(*A.shape[:-1], B.shape[-1], device="cuda", dtype=DT[dtype])
     body = {"backend": "cuda", "arch": arch, "template": "gemm",
             "inputs": [meta("A", A), meta("B", B)], "output": meta("C", C)}
     if params: body["params"] = params
@@ -177,6 +178,16 @@ def run_case_misaligned(url, workdir, dtype, params):
     A = store[1:].view(M, K)
     B = torch.randn(K, N, device="cuda").to(DT[dtype])
     return run_views(url, workdir, dtype, A, B, "sm_90a", params)
+
+
+def run_case_misaligned_c(url, workdir, dtype):
+    """C starts 2 bytes past a 16-byte boundary, its rows 8-element aligned: the wgmma kernel
+    stores whole 16-byte vectors, so such a C must take the mma_sync path and still be right."""
+    M, N, K = 136, 200, 264
+    A = torch.randn(M, K, device="cuda").to(DT[dtype])
+    B = torch.randn(K, N, device="cuda").to(DT[dtype])
+    C = torch.empty(1 + M * N, device="cuda", dtype=DT[dtype])[1:].view(M, N)
+    return run_views(url, workdir, dtype, A, B, "sm_90a", C=C)
 
 
 def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
@@ -417,7 +428,12 @@ def main():
                    extra=[("bias", bias), ("res", res)], arch="sm_90a")
             report(f"wgmma {dtype} batched 4x 96x80x72", run_case, url=url, workdir=work, dtype=dtype, M=96, N=80, K=72,
                    ta=False, tb=True, batch=4, arch="sm_90a")
+            # C's rows 262 elements apart are not 16-byte aligned: the kernel without the staged store.
+            bias262 = torch.randn(262, device="cuda", dtype=torch.float32)
+            report(f"wgmma {dtype} NT add+gelu 200x262x136 (unstaged C)", run_case, url=url, workdir=work, dtype=dtype, M=200, N=262,
+                   K=136, ta=False, tb=True, ops=[{"op": "add", "input": 2}, {"op": "gelu"}], extra=[("bias", bias262)], arch="sm_90a")
             report(f"wgmma {dtype} misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype, params=None)
+            report(f"wgmma {dtype} misaligned C -> mma_sync", run_case_misaligned_c, url=url, workdir=work, dtype=dtype)
         tmpl_choices = []
         for bm, bn, w, st in ((128, 256, 12, 4), (128, 256, 12, 3), (256, 128, 12, 4), (128, 128, 12, 6), (128, 128, 8, 6),
                               (64, 256, 8, 5), (64, 128, 8, 8), (128, 64, 12, 8), (64, 64, 8, 8)):
