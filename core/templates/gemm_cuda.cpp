@@ -529,7 +529,6 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
   // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
   // columns 8j + 2 (lane % 4) (+1).
   const int warp = tid / 32, lane = tid % 32;
-  const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
   unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
@@ -574,6 +573,7 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, Cb, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane$EPARGS$);
     } else {
+      const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi)
 #pragma unroll
