@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fits the erfc of the CUDA kernels' erf gelu (kf_gelu_erf in core/templates/gemm.cpp) and
-checks it in simulated float arithmetic. Prints the constants the template uses.
+checks it in simulated float arithmetic. Prints the constants the template uses. Checks the
+tanh gelu of the same kernels (kf_gelu_tanh) the same way.
 
 gelu(x) = x Phi(x) = max(x, 0) - |x| h(|x|), h(a) = erfc(a / sqrt 2) / 2, and
 erfc(z) = t 2^(Q(t) - log2(e) z^2) with t = 1 / (1 + p z): Q(t) = log2(erfc(z) e^(z^2) / t) is
@@ -58,6 +59,31 @@ def erff_gelu(x):
     return F(F(F(0.5) * x) * F(F(1) + erf))
 
 
+TANH_C1, TANH_C3 = -2.302208198, -0.1029432396  # -2 sqrt(2 / pi) log2(e), times 0.044715 for C3
+
+
+def kernel_gelu_tanh(x):
+    """kf_gelu_tanh's operations, in order, in float: x / (1 + 2^(x (C1 + C3 x^2))), ftz."""
+    with np.errstate(over="ignore", invalid="ignore"):  # x = -inf: -inf * 0
+        e = F(np.exp2(F(x * fma(F(x * x), F(TANH_C3), F(TANH_C1))).astype(np.float64)))
+        d = F(e + F(1))
+        r = F(1.0 / d.astype(np.float64))
+        r[np.abs(r) < np.finfo(F).tiny] = 0  # rcp.approx.ftz flushes a subnormal result
+        return F(x * r)
+
+
+def tanhf_gelu(x):
+    """The reference's 0.5 x (1 + tanhf(sqrt(2 / pi) (x + 0.044715 x^3))) in float."""
+    u = F(F(0.7978845608028654) * fma(F(F(F(0.044715) * x) * x), x, x))
+    return F(F(F(0.5) * x) * F(F(1) + F(np.tanh(u.astype(np.float64)))))
+
+
+def report(name, x, y, exact, parts):
+    rel = np.abs(y.astype(np.float64) - exact) / np.maximum(np.abs(exact), 1e-300)
+    print(f"{name:30s}", "  ".join(f"{k}: {rel[m].max():.2g}" for k, m in parts.items()),
+          f"  largest absolute error {np.abs(y - exact).max():.2g}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--degree", type=int, default=6)
@@ -72,12 +98,20 @@ def main():
     x = np.concatenate([np.linspace(-16, 16, 400001), np.linspace(-1e-3, 1e-3, 2001)]).astype(F)
     x = x[x != 0]
     exact = np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.astype(np.float64)])
+    tiny = np.abs(exact) > 1e-30
+    parts = {"x > 0": x > 0, "[-5, 0)": (x < 0) & (x >= -5), "[-12, -5)": (x < -5) & (x >= -12) & tiny}
     for name, y in (("kf_gelu_erf", kernel_gelu(x, p, c)), ("0.5 x (1 + erff(x / sqrt 2))", erff_gelu(x))):
-        rel = np.abs(y.astype(np.float64) - exact) / np.maximum(np.abs(exact), 1e-300)
-        tiny = np.abs(exact) > 1e-30
-        parts = {"x > 0": x > 0, "[-5, 0)": (x < 0) & (x >= -5), "[-12, -5)": (x < -5) & (x >= -12) & tiny}
-        print(f"{name:30s}", "  ".join(f"{k}: {rel[m].max():.2g}" for k, m in parts.items()), f"  largest absolute error {np.abs(y - exact).max():.2g}")
+        report(name, x, y, exact, parts)
     print("kf_gelu_erf(inf, -inf, nan) =", kernel_gelu(np.array([np.inf, -np.inf, np.nan], F), p, c))
+    # The tanh form (gelu with "approximate": "tanh"): no fit, only the check. Its exact value
+    # falls under float's smallest normal (2^-126) at x = -10.4; below 2^-120 the kernel may give 0.
+    xd = x.astype(np.float64)
+    exact = xd / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))  # no cancellation
+    normal = np.abs(exact) > 2.0 ** -120
+    parts = {"x > 0": x > 0, "[-5, 0)": (x < 0) & (x >= -5), "[-10, -5)": (x < -5) & (x >= -10) & normal}
+    for name, y in (("kf_gelu_tanh", kernel_gelu_tanh(x)), ("0.5 x (1 + tanhf(u))", tanhf_gelu(x))):
+        report(name, x, y, exact, parts)
+    print("kf_gelu_tanh(inf, -inf, nan) =", kernel_gelu_tanh(np.array([np.inf, -np.inf, np.nan], F)))
 
 
 if __name__ == "__main__":

@@ -229,7 +229,7 @@ $SHAPE_CHECK$$NULLCHECKS$  return tc::run($A$, $B$, $C$, M$EPARGS$, stream) == c
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
 // epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
 // the same time. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
-// columns at a time, so that global stores are whole 16-byte vectors of a row.
+// columns at a time, from which the TMA unit writes them to C (where C's layout allows).
 //
 // With CLUSTER = 2 the blocks run in pairs (a thread-block cluster) on the two tiles of a
 // column that share B: each block loads its own A and half of B, and multicasts that half to
@@ -261,7 +261,8 @@ size_t workspace_bytes(int64_t M) { return SPLITS > 1 && M > 0 ? size_t(SPLITS) 
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
 constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
-// Rows stored as 16-byte vectors: 16-bit outputs, rows contiguous and 8-element aligned. The
+// Rows stored by TMA from shared memory: 16-bit outputs, rows contiguous and 8-element (16-byte)
+// aligned, as a tensor map needs; otherwise pairs or single outputs from registers. The
 // kernel has one store path or the other, never both: with both (the choice made at run time
 // by C's alignment) its code was 2.4 times as large (163 KiB, most of it the unrolled
 // epilogue), it was slower, and its time moved by up to 12% with where the driver loaded that
@@ -324,6 +325,19 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
                ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
+// A warp's staged block of outputs (16 rows x 64 columns, 128-byte swizzled) to C at (column
+// c0, row c1, batch c2): the TMA unit writes what lies inside C and nothing past its edges,
+// while the warp goes on; one bulk group per block.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+// The thread's bulk stores have read their shared memory (`.read`), or are done.
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// This thread's shared-memory writes become visible to the TMA unit (the async proxy).
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // A shared-memory matrix descriptor: start, leading and stride byte offsets, 128-byte swizzle.
 __device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32 | uint64_t(1) << 62;
@@ -393,13 +407,15 @@ __device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n,
 
 // A consumer warp's accumulators of one 64-row wgmma tile: warp w holds rows 16w + lane/4
 // (+8), columns 8j + 2 (lane % 4) (+1). `row0` is the warp's first row, `n0` the tile's.
-// Through the warp's buffer (16 rows x 128 bytes; each 16-byte unit j of row r kept at unit
-// j ^ (r % 8), so that neither the pair writes nor the vector reads share a bank), so each
-// global store is a whole 16-byte vector, 8 lanes to a 128-byte row.
-__device__ __forceinline__ void store_staged(const float* acc, unsigned char* buf, TC* Cb, int b, int64_t row0, int64_t n0,
-                                             int64_t M, int lane$EPPARAMS$) {
+// 64 columns at a time: the warp rounds its 16 x 64 outputs into registers, waits until its
+// buffer's previous block has been read out, writes them there (16 rows x 128 bytes, each
+// 16-byte unit j of row r at unit j ^ (r % 8): TMA's 128-byte swizzle, in which neither the
+// pair writes nor the unit's reads conflict) and has the TMA unit store the block, clipped to C.
+__device__ __forceinline__ void store_staged(const float* acc, unsigned char* buf, const CUtensorMap* tmC, int b, int64_t row0,
+                                             int64_t n0, int64_t M, int lane$EPPARAMS$) {
 #pragma unroll
   for (int c = 0; c < BN / 64; ++c) {
+    uint32_t packed[16];
 #pragma unroll
     for (int u = 0; u < 8; ++u)
 #pragma unroll
@@ -408,26 +424,20 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
         const int64_t m = row0 + r, n = n0 + j * 8 + 2 * (lane % 4);
         TC pair[2];
         store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n, M$EPARGS$), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$));
-        *reinterpret_cast<uint32_t*>(buf + r * 128 + ((u ^ (r % 8)) * 16) + (lane % 4) * 4) = *reinterpret_cast<const uint32_t*>(pair);
+        packed[2 * u + h] = *reinterpret_cast<const uint32_t*>(pair);
       }
+    if (lane == 0) tma_store_wait_read();
     __syncwarp();
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int v = i * 32 + lane, r = v / 8, u = v % 8;
-      const int64_t m = row0 + r, n = n0 + c * 64 + u * 8;
-      const uint4 x = *reinterpret_cast<const uint4*>(buf + r * 128 + ((u ^ (r % 8)) * 16));
-      if (m >= M || n >= kN) continue;
-      TC* const p = Cb + m * sCm + n;
-      if (n + 8 <= kN) {
-        *reinterpret_cast<uint4*>(p) = x;
-      } else {
-        const TC* e = reinterpret_cast<const TC*>(&x);
+    for (int u = 0; u < 8; ++u)
 #pragma unroll
-        for (int k = 0; k < 8; ++k)  // constant indices keep x in registers (no local memory)
-          if (n + k < kN) p[k] = e[k];
+      for (int h = 0; h < 2; ++h) {
+        const int r = lane / 4 + 8 * h;
+        *reinterpret_cast<uint32_t*>(buf + r * 128 + ((u ^ (r % 8)) * 16) + (lane % 4) * 4) = packed[2 * u + h];
       }
-    }
+    fence_async_shared();
     __syncwarp();
+    if (lane == 0) tma_store(tmC, smem_u32(buf), int(n0 + c * 64), int(row0), b);
   }
 }
 
@@ -524,7 +534,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
 }
 
 // The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
-__device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
+__device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
                                         unsigned char* epi, int wg, int tid, int rank, const Rows rows, int64_t first_unit, int64_t unit_step$EPPARAMS$) {
   // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
   // columns 8j + 2 (lane % 4) (+1).
@@ -562,7 +572,6 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
     for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
 
     const int b = tile.b;
-    TC* const Cb = C + offC + int64_t(b) * sCb;
     if constexpr (SPLITS > 1) {
       float* const Ws = W + (int64_t(span.split) * kBatch + b) * M * kN;
 #pragma unroll
@@ -571,8 +580,9 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
     }
     if constexpr (STAGED) {
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, Cb, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane$EPARGS$);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane$EPARGS$);
     } else {
+      TC* const Cb = C + offC + int64_t(b) * sCb;
       const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi)
@@ -595,17 +605,22 @@ __device__ __forceinline__ void consume(TC* __restrict__ C, float* __restrict__ 
           }
     }
   }
+  if constexpr (STAGED && SPLITS == 1) {  // the block's shared memory outlives the last store's reads
+    if (lane == 0) tma_store_wait();
+  }
 }
 
 // Persistent: each cluster (or block) walks units c, + clusters, ...; the producer runs ahead
 // into the next unit while the consumers store this one. `it` counts K slices across units,
 // so stage and phase carry over.
 __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                                                         TC* __restrict__ C, float* __restrict__ W, const Rows rows$EPPARAMS$) {
+                                                         const __grid_constant__ CUtensorMap tmC, TC* __restrict__ C, float* __restrict__ W, const Rows rows$EPPARAMS$) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t full = base + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
-  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + BARRIER_BYTES;
+  // The stages, the consumer warps' epilogue buffers (1024-byte aligned, as TMA's 128-byte
+  // swizzle needs), the barriers.
+  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES;
+  const uint32_t full = base + STAGES * STAGE_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES, empty = full + 8 * STAGES;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
   const int64_t first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
@@ -624,7 +639,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
     if (tid == 0) produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
   } else {
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    consume(C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step$EPARGS$);
+    consume(&tmC, C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step$EPARGS$);
   }
   // A block leaves only once its peer is done: until then the peer may multicast into this
   // block's shared memory or arrive on its barriers.
@@ -646,24 +661,31 @@ EncodeTiled encoder() {
   return fn;
 }
 
-// A 3-d map over (contiguous dimension, the other one, batch), in elements, read box0 x box1 at a time.
-cudaError_t make_map(CUtensorMap* map, const T* base, uint64_t inner, uint64_t outer, uint64_t batch, uint64_t s_outer,
+// A 3-d map over (contiguous dimension, the other one, batch), in elements, read or written box0
+// x box1 at a time.
+template <typename E>
+cudaError_t make_map(CUtensorMap* map, const E* base, uint64_t inner, uint64_t outer, uint64_t batch, uint64_t s_outer,
                      uint64_t s_batch, uint32_t box0, uint32_t box1) {
   const EncodeTiled encode = encoder();
   if (!encode) return cudaErrorNotSupported;
   const cuuint64_t dims[3] = {inner, outer, batch};
-  const cuuint64_t strides[2] = {s_outer * sizeof(T), s_batch * sizeof(T)};
+  const cuuint64_t strides[2] = {s_outer * sizeof(E), s_batch * sizeof(E)};
+  const CUtensorMapDataType type =
+      std::is_same<E, __nv_bfloat16>::value ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const cuuint32_t box[3] = {box0, box1, 1}, unit[3] = {1, 1, 1};
-  const CUresult r = encode(map, $tma_dtype$, 3, const_cast<T*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+  const CUresult r = encode(map, type, 3, const_cast<E*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M$EPPARAMS$, cudaStream_t stream) {
   if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
-  CUtensorMap ma, mb;
+  CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
   cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
   if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
+  if (e == cudaSuccess && STAGED && SPLITS == 1)
+    e = make_map(&mc, C + offC, uint64_t(kN), uint64_t(M), uint64_t(kBatch), uint64_t(sCm),
+                 kBatch > 1 ? uint64_t(sCb) : (uint64_t(M) * sCm + 7) / 8 * 8, 64, 16);
   if (e != cudaSuccess) return e;
   static bool configured = false;  // the attribute is per kernel; set once per process
   if (!configured) {
@@ -692,7 +714,7 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M$EPPARAMS$,
   }
   const Rows rows = rows_of(M);
   config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
-  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, C, W, rows$EPARGS$)) != cudaSuccess) return e;
+  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows$EPARGS$)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
   const int64_t quads = kBatch * M * ROW_QUADS;
   const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
@@ -837,7 +859,6 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
     if (p.any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
       s.set("a_outer", "M").set("a_batch_stride", "(uint64_t(M) * " + std::to_string(ta->outer_stride) + " + 7) / 8 * 8");
     }
-    s.set("tma_dtype", p.ab == Dtype::kBFloat16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16");
     s.set("wgmma_fn", wgmma_function(q["block_n"].get<int>(), mma_type, ta->kmajor, tb->kmajor));
     src << fallback.apply(kTensorCoreKernel) << s.apply(kWgmmaKernel) << s.apply(kWgmmaEntry);
   }

@@ -265,13 +265,16 @@ def vendor_fuses_epilogue(url, workdir):
     return True, 0.0, fused
 
 
-def gelu_accuracy(url, workdir, dtype, arch):
-    """The erf gelu of a tuned kernel (kf_gelu_erf) against float64 x Phi(x) for every float16
-    value in [-16, 16] (as the dtype holds it) and inf, -inf, NaN, through a gemm that passes x
-    on unchanged (A's column 0 is x, B's row 0 ones, the rest zeros). Each output is the float64
-    value rounded to the output type, give or take 1.2e-5 of it (the function's own error: 6.8e-6
-    at most in float), so a gelu worse than that shows in the rounding of some of the 30,000
-    values. inf gives inf and NaN gives NaN; -inf gives 0, the limit (the erff formula: NaN)."""
+def gelu_accuracy(url, workdir, dtype, arch, form="erf"):
+    """The gelu of a tuned kernel (kf_gelu_erf, or kf_gelu_tanh for form "tanh") against its
+    float64 value (x Phi(x); x / (1 + e^(-2u)) with u = sqrt(2 / pi) (x + 0.044715 x^3)) for every
+    float16 value in [-16, 16] (as the dtype holds it) and inf, -inf, NaN, through a gemm that
+    passes x on unchanged (A's column 0 is x, B's row 0 ones, the rest zeros). Each output is the
+    float64 value rounded to the output type, give or take 1.2e-5 of it (the function's own error:
+    6.8e-6 and 9.3e-6 at most in float), so a gelu worse than that shows in the rounding of some of
+    the 30,000 values. inf gives inf and NaN gives NaN; -inf gives 0, the limit, with erf (the erff
+    formula: NaN) and NaN with tanh, as the tanhf formula does."""
+    fn = {"erf": "kf_gelu_erf", "tanh": "kf_gelu_tanh"}[form]
     bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
     x = bits[torch.isfinite(bits) & (bits.abs() <= 16)]
     x = torch.cat([x, torch.tensor([float("inf"), float("-inf"), float("nan")])]).cuda()
@@ -282,22 +285,27 @@ def gelu_accuracy(url, workdir, dtype, arch):
     B[0] = 1
     C = torch.empty(M, N, device="cuda", dtype=DT[dtype])
     body = {"backend": "cuda", "arch": arch, "template": "gemm", "inputs": [meta("A", A), meta("B", B)],
-            "output": meta("C", C), "epilogue": [{"op": "gelu"}]}
+            "output": meta("C", C), "epilogue": [{"op": "gelu", "approximate": "tanh" if form == "tanh" else "none"}]}
     k = Kernel(url, body, workdir)
-    if "kf_gelu_erf(v)" not in urllib.request.urlopen(url + k.j["source_url"]).read().decode():
-        raise AssertionError("the tuned kernel does not call kf_gelu_erf")
+    if f"{fn}(v)" not in urllib.request.urlopen(url + k.j["source_url"]).read().decode():
+        raise AssertionError(f"the tuned kernel does not call {fn}")
     k({"A": A, "B": B, "C": C}, {"M": M})
     torch.cuda.synchronize()
     out = C.double()
     xd = A[:, 0].double()  # x as the gemm saw it (bfloat16 rounds some)
-    ref = xd * 0.5 * torch.erfc(-xd / math.sqrt(2))
+    if form == "tanh":
+        ref = xd / (1 + torch.exp(-2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))
+    else:
+        ref = xd * 0.5 * torch.erfc(-xd / math.sqrt(2))
     finite = torch.isfinite(xd)
     specials = out[~finite, 0].tolist()
-    if not (specials[0] == float("inf") and specials[1] == 0 and math.isnan(specials[2])):
+    if not (specials[0] == float("inf") and (specials[1] == 0 if form == "erf" else math.isnan(specials[1]))
+            and math.isnan(specials[2])):
         raise AssertionError(f"gelu(inf, -inf, nan) = {specials}")
-    # Where 2^(Q - log2(e) x^2 / 2) falls below float's smallest normal (x < -13) ex2 flushes it
-    # to zero: outputs under 2^-124 (4.7e-38) may be 0.
-    half_ulp, tiny = {"float16": (2.0 ** -11, 2.0 ** -25), "bfloat16": (2.0 ** -8, 2.0 ** -124), "float32": (2.0 ** -24, 2.0 ** -124)}[dtype]
+    # Where the ex2 falls below float's smallest normal it flushes to zero (erf: x < -13; tanh: the
+    # rcp of 1 + 2^y for y > 126, x < -10): outputs under 2^-124 (erf) or 2^-120 (tanh) may be 0.
+    half_ulp = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}[dtype]
+    tiny = 2.0 ** -25 if dtype == "float16" else 2.0 ** (-120 if form == "tanh" else -124)
     xs, ys, refs = xd[finite], out[finite], ref[finite]
     err = (ys - refs[:, None]).abs()
     bound = (half_ulp + 1.2e-5) * refs[:, None].abs() + tiny
@@ -507,8 +515,9 @@ def main():
                    M0=M0, Ms=Ms, N=392, K=800, ops=chain)
         report("wgmma sm_90a SASS has HGMMA", sass_has_hgmma, url=url, workdir=work)
         for dtype, arch in (("float16", "sm_90a"), ("bfloat16", "sm_90a"), ("float32", "sm_90"), ("float16", "sm_90")):
-            report(f"{'wgmma ' if arch == 'sm_90a' else ''}{dtype} {arch} gelu accuracy", gelu_accuracy, url=url, workdir=work,
-                   dtype=dtype, arch=arch)
+            for form in ("erf", "tanh"):
+                report(f"{'wgmma ' if arch == 'sm_90a' else ''}{dtype} {arch} gelu{' tanh' if form == 'tanh' else ''} accuracy",
+                       gelu_accuracy, url=url, workdir=work, dtype=dtype, arch=arch, form=form)
         report("wgmma vendor time fuses cuBLASLt's bias+gelu", vendor_fuses_epilogue, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]

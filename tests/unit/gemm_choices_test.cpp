@@ -74,9 +74,10 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   EXPECT_EQ(hopper_choices(32, 2048, 2048, 128).count("64x128/1"), 0u);
 }
 
-// The erf gelu of a tuned CUDA kernel is kf_gelu_erf (the erfc form); the reference rendering
-// keeps 0.5 x (1 + erff(x / sqrt 2)), so verification compares the two.
-TEST(GemmEpilogue, CudaKernelsTakeTheErfcGeluAndTheReferenceKeepsErff) {
+// The erf gelu of a tuned CUDA kernel is kf_gelu_erf (the erfc form) and its tanh gelu
+// kf_gelu_tanh; the reference rendering keeps 0.5 x (1 + erff(x / sqrt 2)) and the tanhf
+// formula, so verification compares the two.
+TEST(GemmEpilogue, CudaKernelsTakeTheFastGelusAndTheReferenceKeepsTheFormulas) {
   TemplateRequest r;
   r.backend = Backend::kCuda;
   r.archs = {"sm_90a"};
@@ -94,11 +95,15 @@ TEST(GemmEpilogue, CudaKernelsTakeTheErfcGeluAndTheReferenceKeepsErff) {
   EXPECT_NE(tuned->source.find("ex2.approx.ftz.f32"), std::string::npos);
   EXPECT_EQ(reference->source.find("kf_gelu_erf"), std::string::npos);
   EXPECT_NE(reference->source.find("erff(v * 0.7071067811865476f)"), std::string::npos);
-  r.spec.epilogue[0].tanh_approx = true;  // the tanh form is the same formula everywhere
-  const auto tanh_form = gemm->render(r, false);
-  ASSERT_TRUE(tanh_form);
+  // The tanh form: kf_gelu_tanh (x / (1 + e^(-2u))) in the tuned kernel, tanhf in the reference.
+  r.spec.epilogue[0].tanh_approx = true;
+  const auto tanh_form = gemm->render(r, false), tanh_reference = gemm->render(r, true);
+  ASSERT_TRUE(tanh_form && tanh_reference);
   EXPECT_EQ(tanh_form->source.find("kf_gelu_erf"), std::string::npos);
-  EXPECT_NE(tanh_form->source.find("tanhf(0.7978845608028654f"), std::string::npos);
+  EXPECT_NE(tanh_form->source.find("v = kf_gelu_tanh(v);"), std::string::npos);
+  EXPECT_EQ(tanh_form->source.find("tanhf("), std::string::npos);
+  EXPECT_EQ(tanh_reference->source.find("kf_gelu_tanh"), std::string::npos);
+  EXPECT_NE(tanh_reference->source.find("tanhf(0.7978845608028654f"), std::string::npos);
 }
 
 }  // namespace
