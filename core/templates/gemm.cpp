@@ -358,8 +358,9 @@ constexpr const char* kCudaGeluErf = R"(__device__ __forceinline__ float kf_gelu
 // The tanh gelu of a tuned CUDA kernel: 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)) with
 // u = sqrt(2 / pi) (x + 0.044715 x^3), so -2u log2(e) = x (c1 + c3 x^2): one ex2, one rcp and 5
 // others, and no 1 + tanh(u) that cancels where x < 0. Relative error in float 1.5e-7 where
-// x > 0, 1.8e-6 over [-5, 0) and 9.3e-6 over [-10, -5) (the rounding of u), where the tanhf
-// formula's are 1.3e-7, 0.3 and 1 (bench/gelu_fit.py). inf gives inf, NaN NaN and -inf NaN, as
+// x > 0, 1.8e-6 over [-5, 0) and 9.3e-6 over [-10, -5) (the rounding of u) with ex2 and rcp
+// correctly rounded (the approx forms add 2-3 ulp), where the tanhf formula's are 1.3e-7, 0.3
+// and 1 (bench/gelu_fit.py). inf gives inf, NaN NaN and -inf NaN, as
 // with tanhf; outputs under 2^-120 may be 0 (ftz). The reference keeps the tanhf formula.
 constexpr const char* kCudaGeluTanh = R"(__device__ __forceinline__ float kf_gelu_tanh(float x) {
   float e, r;

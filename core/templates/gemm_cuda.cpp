@@ -683,9 +683,11 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M$EPPARAMS$,
   CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
   cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
   if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
+  // A one-row C has no row stride (sCm is 0 there); the map takes a row's length instead.
+  constexpr uint64_t C_ROW = sCm != 0 ? uint64_t(sCm) : (uint64_t(kN) + 7) / 8 * 8;
   if (e == cudaSuccess && STAGED && SPLITS == 1)
-    e = make_map(&mc, C + offC, uint64_t(kN), uint64_t(M), uint64_t(kBatch), uint64_t(sCm),
-                 kBatch > 1 ? uint64_t(sCb) : (uint64_t(M) * sCm + 7) / 8 * 8, 64, 16);
+    e = make_map(&mc, C + offC, uint64_t(kN), uint64_t(M), uint64_t(kBatch), C_ROW,
+                 kBatch > 1 ? uint64_t(sCb) : (uint64_t(M) * C_ROW + 7) / 8 * 8, 64, 16);
   if (e != cudaSuccess) return e;
   static bool configured = false;  // the attribute is per kernel; set once per process
   if (!configured) {
