@@ -59,7 +59,9 @@ def erff_gelu(x):
     return F(F(F(0.5) * x) * F(F(1) + erf))
 
 
-TANH_C1, TANH_C3 = -2.302208198, -0.1029432396  # -2 sqrt(2 / pi) log2(e), times 0.044715 for C3
+# kf_gelu_tanh's constants: -2u log2(e) = x (C1 + C3 x^2), u = sqrt(2 / pi) (x + 0.044715 x^3).
+TANH_C1 = -2 * math.sqrt(2 / math.pi) * math.log2(math.e)
+TANH_C3 = 0.044715 * TANH_C1
 
 
 def kernel_gelu_tanh(x):
@@ -103,8 +105,10 @@ def main():
     for name, y in (("kf_gelu_erf", kernel_gelu(x, p, c)), ("0.5 x (1 + erff(x / sqrt 2))", erff_gelu(x))):
         report(name, x, y, exact, parts)
     print("kf_gelu_erf(inf, -inf, nan) =", kernel_gelu(np.array([np.inf, -np.inf, np.nan], F), p, c))
-    # The tanh form (gelu with "approximate": "tanh"): no fit, only the check. Its exact value
-    # falls under float's smallest normal (2^-126) at x = -10.4; below 2^-120 the kernel may give 0.
+    # The tanh form (gelu with "approximate": "tanh"): no fit, only its constants and the check.
+    # Its exact value falls under float's smallest normal (2^-126) at x = -10.4; below 2^-120 the
+    # kernel may give 0.
+    print(f"tanh form: C1 = {TANH_C1:.9e}f, C3 = {TANH_C3:.9e}f")
     xd = x.astype(np.float64)
     exact = xd / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))  # no cancellation
     normal = np.abs(exact) > 2.0 ** -120

@@ -360,7 +360,7 @@ constexpr const char* kCudaGeluErf = R"(__device__ __forceinline__ float kf_gelu
 // others, and no 1 + tanh(u) that cancels where x < 0. Relative error in float 1.5e-7 where
 // x > 0, 1.8e-6 over [-5, 0) and 9.3e-6 over [-10, -5) (the rounding of u) with ex2 and rcp
 // correctly rounded (the approx forms add 2-3 ulp), where the tanhf formula's are 1.3e-7, 0.3
-// and 1 (bench/gelu_fit.py). inf gives inf, NaN NaN and -inf NaN, as
+// and 1 (bench/gelu_fit.py, which prints c1 and c3). inf gives inf, NaN NaN and -inf NaN, as
 // with tanhf; outputs under 2^-120 may be 0 (ftz). The reference keeps the tanhf formula.
 constexpr const char* kCudaGeluTanh = R"(__device__ __forceinline__ float kf_gelu_tanh(float x) {
   float e, r;
