@@ -131,8 +131,8 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     else reference_error = built.error().message;
   }
 
-  // Benchmark, one at a time, in one runner (Bencher::run_all); the vendor baseline once;
-  // the reference computed once.
+  // Benchmark, one at a time, in one runner (Bencher::run_all), each choice with the vendor's
+  // call where asked (interleaved with it on a GPU); the reference computed once.
   BenchOptions run_opts = opts;
   auto ref_dir = store_.make_staging();
   if (!ref_dir) return std::unexpected(ref_dir.error());
@@ -146,7 +146,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     if (o.manifest) pins.emplace_back(store_, (*o.manifest)["key"].get<std::string>());
   }
   if (reference) pins.emplace_back(store_, reference->value("key", ""));
-  json vendor;
+  json vendor;  // the winner's, timed with it (else the first that came with one)
   json ranked = json::array();
   if (phase) phase("benchmarking");
   const auto t1 = std::chrono::steady_clock::now();
@@ -205,6 +205,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
               {"compile_seconds", compile_s}, {"benchmark_seconds", bench_s}};
   if (!ranked.empty() && ranked[0]["status"] == "ok") {
     out["winner"] = ranked[0];
+    if (ranked[0]["benchmark"].contains("vendor")) vendor = ranked[0]["benchmark"]["vendor"];
   } else {
     out["winner"] = nullptr;
     out["winner_reason"] = !bencher_.available(base.backend)

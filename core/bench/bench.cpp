@@ -273,7 +273,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
   std::vector<Pending> pending;
   for (size_t i = 0; i < manifests.size(); ++i) {
     const json& manifest = manifests[i];
-    const bool vendor = o.vendor && i == 0;
+    const bool vendor = o.vendor;
     auto backend = parse_backend(manifest.value("backend", ""));
     if (!backend) {
       results[i] = {{"status", "failed"}, {"reason", "manifest without a backend"}};
@@ -300,17 +300,20 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     }
     const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
     // A template kernel's problem (source mode has none): the gemm's sizes and vendor call,
-    // read where a result is to be run or the vendor call asked (the first kernel's).
+    // read where a result is to be run or the vendor call asked (timed with every kernel).
     auto gemm_problem = [&] { return manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt; };
     const auto vendor_gemm = vendor ? gemm_problem() : std::nullopt;
     const json vendor_req = vendor_gemm ? vendor_request(*vendor_gemm, template_of(manifest, o)) : json();
     if (!o.force) {
       if (auto text = read_file(stored)) {
         json cached = json::parse(*text, nullptr, false);
-        // Reused only when it answers what was asked now (a vendor time for this epilogue).
+        // Reused only when it answers what was asked now: a vendor time for this epilogue, taken
+        // with the kernel's (`order`; older results timed it once, with an autotune's first choice).
         auto vendor_answers = [&] {
           const json asked = vendor_req.is_object() ? vendor_req.value("epilogue", json()) : json();
-          return cached.contains("vendor") && cached["vendor"].is_object() && cached["vendor"].value("asked_epilogue", json()) == asked;
+          if (!cached.contains("vendor") || !cached["vendor"].is_object()) return false;
+          const json& v = cached["vendor"];
+          return v.value("asked_epilogue", json()) == asked && (v.contains("order") || v.value("status", "") == "unavailable");
         };
         if (!cached.is_discarded() && (!o.verify || cached.contains("verify")) && (!vendor || vendor_answers())) {
           cached["cached"] = true;
@@ -353,13 +356,10 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     size_t q = p + 1;
     if (trusted_timing(manifests[pending[p].index])) {
       while (q < pending.size() && pending[q].backend == pending[p].backend && trusted_timing(manifests[pending[q].index]) &&
-             pending[q].shared == pending[p].shared)
+             pending[q].shared == pending[p].shared && pending[q].vendor == pending[p].vendor)
         ++q;
     }
-    json vendor;  // asked until a result brings it
-    for (size_t k = p; k < q; ++k) {
-      if (!pending[k].vendor.is_null()) vendor = pending[k].vendor;
-    }
+    const json& vendor = pending[p].vendor;  // timed with each kernel of the runner
     std::lock_guard<std::mutex> lock(device_locks_[index_of(pending[p].backend)]);
     for (size_t next = p; next < q;) {
       json req = pending[p].shared;
@@ -368,7 +368,6 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       if (!vendor.is_null()) req["vendor"] = vendor;
       for (json& a : run_runner(pending[p].backend, req, o.runner_env)) {
         if (next == q) break;
-        if (a.contains("vendor")) vendor = json();
         results[pending[next++].index] = std::move(a);
         runs_++;
       }
@@ -384,7 +383,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     if (o.verify && !reference) {
       result["verify"] = {{"status", "unavailable"}, {"reason", "no reference rendering for a source-mode kernel"}};
     }
-    if (o.vendor && k.index == 0 && k.vendor.is_null() && result.value("status", "") == "ok") {
+    if (o.vendor && k.vendor.is_null() && result.value("status", "") == "ok") {
       result["vendor"] = {{"status", "unavailable"}, {"reason", "a vendor baseline exists for the gemm template only"}};
     }
     if (result.value("status", "") == "ok") {
