@@ -5,9 +5,10 @@ For each shape it asks a real kforge service for the gemm (`POST /kernels` with 
 default parameters, or `POST /autotune` with the default choices under --autotune), verified
 against the reference rendering, timed by kforge-runner-cuda beside cuBLAS on the same buffers
 (the runner's `vendor`: cuBLASLt with its own fused epilogue where cuBLASLt has the case's,
-bias, gelu (its tanh form) or bias + gelu; the plain gemm otherwise), and times torch.mm / torch.bmm on the same shape in this process (CUDA
-events, the 50 MiB L2 flushed with a 256 MiB memset before each call, median), when torch is
-importable. Every row says which device and driver measured it.
+bias, gelu (its tanh form) or bias + gelu; the plain gemm otherwise), the two interleaved call by
+call, and times torch.mm / torch.bmm on the same shape in this process (CUDA events, the 50 MiB
+L2 flushed with a 256 MiB memset before each call, as many calls as the runner's budget gives,
+median), when torch is importable. Every row says which device and driver measured it.
 
 Shapes (issue 15): square 1024..8192; LLM projections, M in {1, 16, 128, 2048, 8192} against
 (N, K) in {(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096)}; batched attention-like
@@ -89,7 +90,7 @@ class TorchTimer:
         self.torch = torch
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
 
-    def time(self, shape, dtype, layout, epilogue, reps=20):
+    def time(self, shape, dtype, layout, epilogue, budget_ms):
         t = self.torch
         b, m, n, k = shape
         dt = getattr(t, dtype)
@@ -112,18 +113,23 @@ class TorchTimer:
                 c = t.nn.functional.gelu(c, approximate="tanh" if epilogue.endswith("_tanh") else "none")
             return c
 
-        for _ in range(3):
-            run()
-        times = []
-        for _ in range(reps):
+        def timed():
             self.flush.zero_()
             s, e = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
             s.record()
             run()
             e.record()
             e.synchronize()
-            times.append(s.elapsed_time(e))
-        times.sort()
+            return s.elapsed_time(e)
+
+        # As the runner sizes its loop: warm up (3 calls and 25 ms), then as many flushed calls
+        # as fit the budget by the median warm-up call (5 to 1000). A handful of calls right
+        # after the warm-up run at the GPU's highest clocks and read several percent fast.
+        warm = [timed() for _ in range(3)]
+        while sum(warm) < 25 and len(warm) < 1000:
+            warm.append(timed())
+        reps = min(1000, max(5, int(budget_ms / max(sorted(warm)[len(warm) // 2], 1e-4))))
+        times = sorted(timed() for _ in range(reps))
         return times[len(times) // 2]
 
 
@@ -216,18 +222,19 @@ def main():
                 print(f"{name}: no timing: {json.dumps(bench or j)[:400]}", flush=True)
                 continue
             ok = bench.get("verify", {}).get("passed")
-            # An autotune times the vendor once, with the first choice: its answer carries it.
+            # The vendor is timed with each kernel (interleaved with it): the winner's result carries it.
             vendor = bench.get("vendor") if bench.get("vendor", {}).get("median_ms") else j.get("vendor", {})
             ms, vms = bench["median_ms"], vendor.get("median_ms")
             # cuBLAS's own epilogue where cuBLASLt fuses the case's (its gelu is the tanh form).
             vname = "cuBLAS" if vendor.get("name", "cublas") == "cublas" else vendor["name"]
-            tms = torch_timer.time(shape, dtype, layout, epi) if torch_timer else None
+            tms = torch_timer.time(shape, dtype, layout, epi, args.budget_ms) if torch_timer else None
             flops = 2 * b * m * n * k
             ratio = vms / ms if vms else float("nan")
             vms = vms if vms else float("nan")
             rows.append((name, ms, vms, tms, ratio, ok, params, wall, epi, vname))
             print(f"{name:>40}: kforge {ms:.4f} ms (min {bench['min_ms']:.4f}, p90 {bench.get('p90_ms', float('nan')):.4f}, "
-                  f"{bench['iters']} runs; {flops / ms / 1e9:.0f} TFLOP/s)  {vname} {vms:.4f} ms  "
+                  f"{bench['iters']} runs; {flops / ms / 1e9:.0f} TFLOP/s)  {vname} {vms:.4f} ms "
+                  f"({vendor.get('iters', '?')} runs, {vendor.get('order', 'order not given')})  "
                   f"torch {tms if tms is None else round(tms, 4)} ms  kforge/cuBLAS {ratio:.2f}x  verified={ok}  "
                   f"wall {wall:.1f}s  {json.dumps(params, sort_keys=True)}", flush=True)
             if args.autotune:

@@ -18,14 +18,11 @@ call is torch._addmm_activation(bias, A, B, use_gelu=True): cuBLASLt's own fused
 The summaries kept per step are in docs/gpu/ (ncu_*.txt).
 """
 import argparse
-import ctypes
 import json
-import os
-import subprocess
-import tempfile
-import urllib.request
 
 import torch
+
+from kforge_gemm import Service, build, gemm_body
 
 
 def timed(call, calls):
@@ -65,51 +62,15 @@ def main():
         return
     if not args.kforge:
         ap.error("--kforge is required (or --vendor)")
-    work = tempfile.mkdtemp(prefix="kforge-ncu-")
-    os.chmod(work, 0o755)  # the sandbox uid must reach the cache
-    proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(work, "cache")],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    url = proc.stdout.readline().split()[-1]
-    try:
-        body = {"backend": "cuda", "arch": "native", "template": "gemm",
-                "inputs": [{"name": "A", "dtype": args.dtype, "sizes": [m, k]}, {"name": "B", "dtype": args.dtype, "sizes": [k, n]}],
-                "output": {"name": "C", "dtype": args.dtype, "sizes": [m, n]}}
-        if bias_gelu:
-            body["inputs"].append({"name": "bias", "dtype": args.dtype, "sizes": [n]})
-            body["epilogue"] = [{"op": "add", "input": 2}, {"op": "gelu"}]
-        if args.params:
-            body["params"] = json.loads(args.params)
-        if args.options:
-            body["options"] = json.loads(args.options)
-        req = urllib.request.Request(url + "/kernels", json.dumps(body).encode(), {"Content-Type": "application/json"})
-        j = json.load(urllib.request.urlopen(req, timeout=600))
-        path = os.path.join(work, j["kernel_name"] + ".so")
-        with open(path, "wb") as f:
-            f.write(urllib.request.urlopen(url + j["artifact"]["url"]).read())
-    finally:
-        proc.terminate()
-        proc.wait()
-    print("# kernel", j["kernel_name"], json.dumps(j["template"]["params"]), flush=True)
     t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
          "C": torch.empty(m, n, device="cuda", dtype=dt), "bias": torch.randn(n, device="cuda", dtype=dt)}
-    fn = getattr(ctypes.CDLL(path), j["kernel_name"])
-
-    def call_args(ws, ws_size=None):  # M is an argument where the kernel takes any M (no "value")
-        argv = []
-        for a in j["abi"]["args"]:
-            if a["kind"] == "tensor": argv.append(ctypes.c_void_p(t[a["binds"]].data_ptr()))
-            elif a["kind"] == "scalar": argv.append(ctypes.c_int64(a.get("value", m)))
-            elif a["kind"] == "workspace": argv.append(ctypes.c_void_p(ws.data_ptr()) if ws is not None else None)
-            elif a["kind"] == "workspace_size": argv.append(ws_size)
-            else: argv.append(ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
-        return argv
-    size = ctypes.c_size_t(0)
-    assert fn(*call_args(None, ctypes.byref(size))) == 0
-    ws = torch.empty(max(1, size.value), device="cuda", dtype=torch.uint8)
-    argv = call_args(ws)
-    rc = fn(*argv)
-    assert rc == 0, rc
-    ms = timed(lambda: fn(*argv), args.calls)
+    body = gemm_body(m, n, k, args.dtype, bias_gelu, json.loads(args.params) if args.params else None,
+                     json.loads(args.options) if args.options else None)
+    with Service(args.kforge) as service:
+        j, call = build(service, body, t, m)
+    print("# kernel", j["kernel_name"], json.dumps(j["template"]["params"]), flush=True)
+    call()
+    ms = timed(call, args.calls)
     print(f"# {ms:.4f} ms a call, {args.calls} calls back to back")
     ref = t["A"].float() @ t["B"].float()
     if bias_gelu:
