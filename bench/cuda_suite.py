@@ -122,8 +122,8 @@ class TorchTimer:
             e.synchronize()
             return s.elapsed_time(e)
 
-        # As the runner sizes its loop: warm up (3 calls and 25 ms), then as many flushed calls
-        # as fit the budget by the median warm-up call (5 to 1000). A handful of calls right
+        # Sized much as the runner sizes its loop: warm up (3 calls and 25 ms, flushed here), then
+        # as many flushed calls as fit the budget by the median warm-up call (5 to 1000). A handful of calls right
         # after the warm-up run at the GPU's highest clocks and read several percent fast.
         warm = [timed() for _ in range(3)]
         while sum(warm) < 25 and len(warm) < 1000:

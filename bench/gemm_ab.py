@@ -50,7 +50,7 @@ def main():
                     help="zero_() the flush buffer before each call, as Inductor's and Triton's benchmarkers do, or fill_() it with "
                          "a changing nonzero byte")
     ap.add_argument("--order", choices=["interleaved", "blocked"], default="interleaved",
-                    help="blocked: all rounds of one arm, then the next (as the runner times a kernel, then the vendor)")
+                    help="blocked: all rounds of one arm, then the next (as the runner timed a kernel, then the vendor, before 2026-11-25)")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     dt = getattr(torch, args.dtype)

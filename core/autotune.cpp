@@ -62,10 +62,12 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   if (base.tmpl) opts.problem = base.tmpl->to_json();  // what every choice runs on (its kernel may serve other M too)
   const json device = bencher_.device_identity(std::string(backend_name(base.backend)));
 
-  // The autotune key: the request without its parameters, the choices, the device.
+  // The autotune key: the request without its parameters, the choices, the device. An asked
+  // vendor is keyed by how it is timed: with each choice (a ranking stored when it was timed
+  // once, with the first choice, answers no longer; one without the vendor still does).
   json canon = {{"format", DiskStore::kFormat}, {"kind", "autotune"}, {"identity", prepared->toolchain->identity},
                 {"request", prepared->req.canonical(prepared->archs)}, {"choices", choices}, {"device", device},
-                {"verify", opts.verify}, {"vendor", opts.vendor}};
+                {"verify", opts.verify}, {"vendor", opts.vendor ? json("with each choice") : json(false)}};
   canon["request"]["template"].erase("params");
   const std::string akey = sha256_hex(canon.dump());
   const fs::path cached = store_.root() / "v1" / "autotune" / akey.substr(0, 2) / (akey + ".json");
@@ -131,8 +133,8 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     else reference_error = built.error().message;
   }
 
-  // Benchmark, one at a time, in one runner (Bencher::run_all), each choice with the vendor's
-  // call where asked (interleaved with it on a GPU); the reference computed once.
+  // Benchmark, one at a time, in one runner (Bencher::run_all), with the vendor's call where
+  // asked (on a GPU interleaved with each choice); the reference computed once.
   BenchOptions run_opts = opts;
   auto ref_dir = store_.make_staging();
   if (!ref_dir) return std::unexpected(ref_dir.error());
@@ -146,7 +148,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     if (o.manifest) pins.emplace_back(store_, (*o.manifest)["key"].get<std::string>());
   }
   if (reference) pins.emplace_back(store_, reference->value("key", ""));
-  json vendor;  // the winner's, timed with it (else the first that came with one)
+  json vendor;  // the winner's, timed with it (on the CPU, the one timed after the last choice)
   json ranked = json::array();
   if (phase) phase("benchmarking");
   const auto t1 = std::chrono::steady_clock::now();
@@ -167,7 +169,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     entry["key"] = (*o.manifest)["key"];
     entry["kernel_name"] = (*o.manifest)["kernel_name"];
     json b = std::move(timings[next_timing++]);
-    if (b.contains("vendor") && vendor.is_null()) vendor = b["vendor"];
+    if (opts.vendor && b.contains("vendor") && vendor.is_null()) vendor = b["vendor"];  // not a stored one nobody asked for
     const std::string st = b.value("status", "failed");
     entry["benchmark"] = b;
     if (st == "ok" && b.contains("verify") && b["verify"].contains("passed") && !b["verify"]["passed"].get<bool>()) {
@@ -205,7 +207,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
               {"compile_seconds", compile_s}, {"benchmark_seconds", bench_s}};
   if (!ranked.empty() && ranked[0]["status"] == "ok") {
     out["winner"] = ranked[0];
-    if (ranked[0]["benchmark"].contains("vendor")) vendor = ranked[0]["benchmark"]["vendor"];
+    if (opts.vendor && ranked[0]["benchmark"].contains("vendor")) vendor = ranked[0]["benchmark"]["vendor"];
   } else {
     out["winner"] = nullptr;
     out["winner_reason"] = !bencher_.available(base.backend)

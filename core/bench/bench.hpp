@@ -75,9 +75,9 @@ class Bencher {
     return run_all({manifest}, options, reference).front();
   }
   // Benchmarks the kernels of `manifests` (an autotune's choices) with the same options: one
-  // result each, in order, as run() gives it; `options.vendor` asks the vendor's timing with
-  // each kernel, interleaved with the kernel's own round by round (so each ratio is measured
-  // in one go, under the same clocks). Template kernels that run on the
+  // result each, in order, as run() gives it; `options.vendor` asks the vendor's timing: on a
+  // GPU with each kernel, interleaved with the kernel's own round by round (so each ratio is
+  // measured in one go, under the same clocks); on the CPU once, after a runner's last kernel. Template kernels that run on the
   // same tensors share one runner process: one device start, one upload of the inputs and
   // one reference computation for all (about 0.35 s a choice on an H100). The runner stops
   // after a kernel that failed and a crash ends it; either way the kernels after it get

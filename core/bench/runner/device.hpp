@@ -48,8 +48,9 @@ class Device {
   virtual void flush_l2() = 0;
   // Milliseconds that `fn` took on the device (events on GPUs).
   virtual double time_ms(const std::function<void()>& fn) = 0;
-  // Whether a kernel and the vendor's call are timed interleaved, round by round: on a GPU
-  // each call has the device to itself, so interleaving only shares the clocks between them.
+  // Whether a kernel and the vendor's call are timed interleaved, round by round (and the
+  // vendor with every kernel): on a GPU each call has the device to itself, so interleaving
+  // only shares the clocks between them. Otherwise the vendor is timed after the last kernel.
   virtual bool interleaves() const { return true; }
   // A callable that runs the vendor GEMM, or nullopt with the reason in `why`.
   virtual std::optional<std::function<void()>> vendor_gemm(const VendorGemm& g, std::string& why) = 0;

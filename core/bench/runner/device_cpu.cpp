@@ -49,8 +49,8 @@ class CpuDevice final : public Device {
   void download(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void* stream() override { return nullptr; }
   // Not interleaved: OpenBLAS's threads keep spinning for a while after its call returns and
-  // take the cores from the kernel timed next (with 2 cores, a 256^3 kernel's p90 went from
-  // 0.2 to 13 ms), so the kernel is timed first and the vendor after it.
+  // take the cores from the kernel timed next (with 2 cores, a 256^3 kernel interleaved with
+  // it had a p90 of 13 ms against 0.2), so the vendor is timed once, after the last kernel.
   bool interleaves() const override { return false; }
   void sync() override {}
   void flush_l2() override {

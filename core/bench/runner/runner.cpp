@@ -17,7 +17,8 @@
 // outputs and the seeded inputs, which are the same for every choice)
 // Every kernel of a request runs on the same tensors (their initial contents restored before
 // each), against one reference computation; the vendor's call, where asked, is timed with each
-// kernel: interleaved with it round by round on a GPU, after it on the CPU (time_together).
+// kernel, interleaved with it round by round, on a GPU (time_together); on the CPU once, after
+// the last kernel, so that no kernel is timed while OpenBLAS's threads still spin.
 // One result line per kernel, in order; the runner stops after a failed
 // one (the device may be in an error state), and the service starts another for the rest.
 // result  := {"status": "ok", "device", "min_ms", "median_ms", "p90_ms", "iters", "workspace_bytes",
@@ -28,7 +29,8 @@
 //             "vs_vendor"?: vendor median / kernel median}
 //          | {"status": "failed", "reason"} | {"status": "unavailable", "reason"}
 // (device_init is the first kernel's; inputs is the later kernels' restore; reference is the
-// reference's run, or the read of its saved outputs, in the first kernel's.) A kernel that
+// reference's run, or the read of its saved outputs, in the first kernel's; vendor is the
+// setting up of the vendor's call, whose timing is in timing.) A kernel that
 // crashes or hangs takes the runner with it; the service reports that for the kernel whose
 // line is missing.
 #include <dlfcn.h>
@@ -676,7 +678,8 @@ int runner_main() {
       try {
         if (done > 0) work.restore();
         const json phases = {{"device_init", done == 0 ? init_ms : 0.0}, {"inputs", clock.lap()}};
-        out = bench_one(dev, work, kernels[done], req, vendor, clock, phases);
+        const bool with_vendor = vendor && (dev.interleaves() || done + 1 == kernels.size());
+        out = bench_one(dev, work, kernels[done], req, with_vendor, clock, phases);
       } catch (const std::exception& e) {
         out = {{"status", "failed"}, {"reason", e.what()}};
       }
