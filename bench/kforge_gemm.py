@@ -23,7 +23,11 @@ class Service:
         os.chmod(self.work, 0o755)  # the sandbox uid must reach the cache
         self.proc = subprocess.Popen([kforge, "serve", "--port", "0", "--cache-dir", os.path.join(self.work, "cache")],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        self.url = self.proc.stdout.readline().split()[-1]
+        line = self.proc.stdout.readline().split()
+        if not line:  # it exited before saying where it listens
+            self.proc.wait()
+            raise RuntimeError(f"{kforge} serve exited with {self.proc.returncode} before listening")
+        self.url = line[-1]
 
     def __enter__(self):
         return self

@@ -300,7 +300,9 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     }
     const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
     // A template kernel's problem (source mode has none): the gemm's sizes and vendor call,
-    // read where a result is to be run or the vendor call asked (timed with every kernel).
+    // read where a result is to be run or the vendor call asked (the runner times it with every
+    // kernel on a GPU; on the CPU after the last one only, so there a stored result of another
+    // choice has none and is measured again when a vendor time is asked of it).
     auto gemm_problem = [&] { return manifest.contains("template") ? gemm_of(template_of(manifest, o)) : std::nullopt; };
     const auto vendor_gemm = vendor ? gemm_problem() : std::nullopt;
     const json vendor_req = vendor_gemm ? vendor_request(*vendor_gemm, template_of(manifest, o)) : json();
