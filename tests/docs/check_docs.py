@@ -5,7 +5,9 @@
   repository tracks (and no folder that is not there);
 - every repository path that docs/*.md and README.md cite in backticks exists: `dir/file`
   as written, a bare source file name (`client.cpp`) somewhere in the tree;
-- every route of api/openapi.json has its section, or at least its path, in docs/API.md.
+- every route of api/openapi.json has its section, or at least its path, in docs/API.md;
+- where docs/BENCHMARKS.md gives the command `bench/suite_report.py FOLDER`, every per-shape row
+  that the script prints from that folder's raw output is in the doc as printed.
 
 Usage: check_docs.py REPO_ROOT. Prints each failure and a summary; exit 1 on any.
 """
@@ -74,6 +76,18 @@ for path, ops in spec["paths"].items():
         if path not in api_md:
             fail(f"docs/API.md never mentions {method.upper()} {path} (api/openapi.json has it)")
 
-print(f"check_docs: {checked} cited paths, {len(spec['paths'])} routes, {len(top_dirs)} folders; "
-      f"{len(failures)} failed")
+benchmarks = (root / "docs" / "BENCHMARKS.md").read_text()
+reports = re.findall(r"^\s+bench/suite_report\.py (\S+)\s*$", benchmarks, re.M)
+for folder in reports:
+    out = subprocess.run([sys.executable, str(root / "bench" / "suite_report.py"), str(root / folder)],
+                         capture_output=True, text=True)
+    rows = [line for line in out.stdout.splitlines() if re.match(r"\| \d+(×\d+)+ \|", line)]
+    if out.returncode != 0 or not rows:
+        fail(f"bench/suite_report.py {folder} printed no shape table: {out.stderr.strip()[:200]}")
+    for line in rows:
+        if line not in benchmarks:
+            fail(f"docs/BENCHMARKS.md lacks the row of bench/suite_report.py {folder}: {line}")
+
+print(f"check_docs: {checked} cited paths, {len(spec['paths'])} routes, {len(top_dirs)} folders, "
+      f"{len(reports)} suite reports; {len(failures)} failed")
 sys.exit(1 if failures else 0)
