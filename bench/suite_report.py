@@ -7,8 +7,8 @@ prints, in Markdown:
   - per epilogue and per dtype: the cases, the geometric mean of kforge/vendor (the vendor's
     median over kforge's), the lowest, how many are below 0.8x and 0.95x, torch/kforge, how many
     verified, and whether every vendor time was interleaved with as many runs as the kernel's;
-  - each file's warm answers and wall time, as cuda_suite.py's `# warm:` and `# ... timed` lines
-    say them;
+  - each file's wall time, its cases' cold walls (from the request to the answer, with the file's
+    other cases in flight) and its warm answers, as cuda_suite.py's lines say them;
   - the lowest cases, and the per-shape tables of kforge/vendor and torch/kforge (a column per
     dtype and layout, a table per epilogue), shapes in the order the files list them.
 
@@ -25,7 +25,7 @@ import sys
 CASE = re.compile(
     r"^\s*(?P<name>.+?): kforge (?P<k>[0-9.]+) ms \(min [0-9.]+, p90 [0-9.]+, (?P<kr>\d+) runs.*?\)\s+"
     r"(?P<vname>.+?) (?P<v>[0-9.]+) ms \((?P<vr>\d+) runs, (?P<order>\w[\w ]*)\)\s+"
-    r"torch (?P<t>[0-9.]+) ms\s+kforge/cuBLAS [0-9.]+x\s+verified=(?P<ver>\w+)")
+    r"torch (?P<t>[0-9.]+) ms\s+kforge/cuBLAS [0-9.]+x\s+verified=(?P<ver>\w+)(?:\s+wall (?P<wall>[0-9.]+)s)?")
 WARM = re.compile(r"^# warm: (\d+) requests, median ([0-9.]+) ms, max ([0-9.]+) ms")
 TIMED = re.compile(r"^# (\d+) of (\d+) cases timed in (\d+) s")
 DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
@@ -42,7 +42,7 @@ def parse(path):
                               "epilogue": " ".join(words[2:-1]) or "none", "shape": words[-1],
                               "kforge": float(m["k"]), "vendor": float(m["v"]), "vendor_name": m["vname"], "torch": float(m["t"]),
                               "kforge_runs": int(m["kr"]), "vendor_runs": int(m["vr"]), "order": m["order"],
-                              "verified": m["ver"] == "True"})
+                              "verified": m["ver"] == "True", "wall": float(m["wall"]) if m["wall"] else None})
             elif m := WARM.match(line):
                 info["warm"] = (int(m[1]), float(m[2]), float(m[3]))
             elif m := TIMED.match(line):
@@ -106,6 +106,7 @@ def main():
         mine, info = parse(f)
         cases += mine
         if mine:
+            info["cold"] = sorted(c["wall"] for c in mine if c["wall"] is not None)
             infos[os.path.basename(f)] = info
     if not cases:
         sys.exit(f"suite_report: no case lines in {', '.join(files) or 'the given paths'}")
@@ -118,12 +119,13 @@ def main():
         for v in ordered(cases, key):
             print(summary_row(label.format(v), [c for c in cases if c[key] == v]))
 
-    print("\n| file | cases timed | wall | warm answers: n, median, max |")
-    print("|---|---|---|---|")
+    print("\n| file | cases timed | wall | cold answers: median, max | warm answers: n, median, max |")
+    print("|---|---|---|---|---|")
     for f, info in infos.items():
         n, total, wall = info.get("timed", (0, 0, 0))
-        warm = info.get("warm")
-        print(f"| {f} | {n} of {total} | {wall} s | " + (f"{warm[0]}, {warm[1]} ms, {warm[2]} ms" if warm else "—") + " |")
+        cold, warm = info["cold"], info.get("warm")
+        print(f"| {f} | {n} of {total} | {wall} s | " + (f"{cold[len(cold) // 2]} s, {cold[-1]} s" if cold else "—") +
+              " | " + (f"{warm[0]}, {warm[1]} ms, {warm[2]} ms" if warm else "—") + " |")
 
     print(f"\nlowest {args.lowest}:\n")
     for c in sorted(cases, key=ratio)[:args.lowest]:
