@@ -12,7 +12,7 @@ prints, in Markdown:
   - the lowest cases, and the per-shape tables of kforge/vendor and torch/kforge (a column per
     dtype and layout, a table per epilogue), shapes in the order the files list them.
 
-Usage: bench/suite_report.py docs/gpu/full_suite_h100/full_run [more folders or files] [--lowest 10]
+Usage: bench/suite_report.py bench/results/h100_suite [more folders or files] [--lowest 10]
 Exits 1 when it finds no case line, so a run that printed only errors is not summarised as empty.
 """
 import argparse
