@@ -6,8 +6,12 @@
 - every repository path that docs/*.md and README.md cite in backticks exists: `dir/file`
   as written, a bare source file name (`client.cpp`) somewhere in the tree;
 - every route of api/openapi.json has its section, or at least its path, in docs/API.md;
-- where docs/BENCHMARKS.md gives the command `bench/suite_report.py FOLDER`, every per-shape row
-  that the script prints from that folder's raw output is in the doc as printed.
+- docs/BENCHMARKS.md's figures are the raw output's: every `bench/suite_report.py PATH...` command
+  it gives reads bench/results/, every folder of bench/results/ is read by one, and the Markdown
+  tables that follow such a command (up to the next command or section) are tables the script
+  prints from that output: the same header under the same caption, each row as printed. Each
+  command is followed by at least one of its tables, so a figure that differs from the raw
+  output, or a raw run the doc no longer reads, fails.
 
 Usage: check_docs.py REPO_ROOT. Prints each failure and a summary; exit 1 on any.
 """
@@ -76,17 +80,62 @@ for path, ops in spec["paths"].items():
         if path not in api_md:
             fail(f"docs/API.md never mentions {method.upper()} {path} (api/openapi.json has it)")
 
-benchmarks = (root / "docs" / "BENCHMARKS.md").read_text()
-reports = re.findall(r"^\s+bench/suite_report\.py (\S+)\s*$", benchmarks, re.M)
-for folder in reports:
-    out = subprocess.run([sys.executable, str(root / "bench" / "suite_report.py"), str(root / folder)],
+
+def tables(lines):
+    """The Markdown tables in lines: (caption, header, data rows), where the caption is the line
+    before the table (blank lines skipped) if it ends with ':'."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("|"):
+            j = i
+            while j < len(lines) and lines[j].startswith("|"):
+                j += 1
+            before = [x for x in lines[:i] if x.strip()]
+            caption = before[-1].strip() if before and before[-1].strip().endswith(":") else None
+            out.append((caption, lines[i], [r for r in lines[i + 1:j] if not r.startswith("|---")]))
+            i = j
+        else:
+            i += 1
+    return out
+
+
+REPORT = re.compile(r"^\s+bench/suite_report\.py ((?:\S+ ?)+?)\s*$")
+doc_lines = (root / "docs" / "BENCHMARKS.md").read_text().splitlines()
+reports = []  # (paths, the doc's lines up to the next command or section)
+for line in doc_lines:
+    if m := REPORT.match(line):
+        reports.append((m[1].split(), []))
+    elif line.startswith("## "):
+        reports.append((None, []))
+    elif reports:
+        reports[-1][1].append(line)
+reports = [r for r in reports if r[0]]
+read = {p.rstrip("/") for paths, _ in reports for p in paths}
+for paths, after in reports:
+    command = "bench/suite_report.py " + " ".join(paths)
+    for p in paths:
+        if not p.startswith("bench/results/"):
+            fail(f"docs/BENCHMARKS.md: {command} reads {p}, outside bench/results/")
+    out = subprocess.run([sys.executable, str(root / "bench" / "suite_report.py"), *[str(root / p) for p in paths]],
                          capture_output=True, text=True)
-    rows = [line for line in out.stdout.splitlines() if re.match(r"\| \d+(×\d+)+ \|", line)]
-    if out.returncode != 0 or not rows:
-        fail(f"bench/suite_report.py {folder} printed no shape table: {out.stderr.strip()[:200]}")
-    for line in rows:
-        if line not in benchmarks:
-            fail(f"docs/BENCHMARKS.md lacks the row of bench/suite_report.py {folder}: {line}")
+    if out.returncode != 0:
+        fail(f"{command} failed: {out.stderr.strip()[:200]}")
+        continue
+    printed = {(caption, header): set(rows) for caption, header, rows in tables(out.stdout.splitlines())}
+    captions = {caption for caption, _ in printed}
+    shown = [(c if c in captions else None, h, rows) for c, h, rows in tables(after)]
+    if not shown:
+        fail(f"docs/BENCHMARKS.md gives {command} but none of the tables it prints")
+    for caption, header, rows in shown:
+        if (caption, header) not in printed:
+            fail(f"docs/BENCHMARKS.md: a table after {command} is not one it prints: {caption or ''} {header}")
+            continue
+        for row in rows:
+            if row not in printed[(caption, header)]:
+                fail(f"docs/BENCHMARKS.md: {command} does not print this row: {row}")
+for f in sorted(f for f in files if f.startswith("bench/results/")):
+    if not any(f == p or f.startswith(p + "/") for p in read):
+        fail(f"{f} is read by no bench/suite_report.py command of docs/BENCHMARKS.md")
 
 print(f"check_docs: {checked} cited paths, {len(spec['paths'])} routes, {len(top_dirs)} folders, "
       f"{len(reports)} suite reports; {len(failures)} failed")
