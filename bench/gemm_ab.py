@@ -15,7 +15,7 @@ another, where a drift in clocks during the run lands on whichever is timed last
         --arm g16='{"params": {"mma": "wgmma"}, "options": {"defines": {"KF_GROUP_M": 16}}}'
 
 Prints the device, then per arm min / median / p90 over the rounds and cuBLAS median / arm
-median; the raw output of a run goes to docs/gpu/.
+median. A result worth keeping goes into a commit message or docs/BENCHMARKS.md.
 """
 import argparse
 import json

@@ -15,7 +15,8 @@ With --vendor it calls torch.mm instead, so that cuBLAS's kernel is profiled the
 call is torch._addmm_activation(bias, A, B, use_gelu=True): cuBLASLt's own fused bias + gelu
 (the tanh form), the baseline the suite compares with.
 
-The summaries kept per step are in docs/gpu/ (ncu_*.txt).
+The profiles taken so far are summed up in the commits that "What was tried" in
+docs/BENCHMARKS.md names.
 """
 import argparse
 import json
