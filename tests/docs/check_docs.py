@@ -6,8 +6,9 @@
 - every repository path that docs/*.md and README.md cite in backticks exists: `dir/file`
   as written, a bare source file name (`client.cpp`) somewhere in the tree;
 - every route of api/openapi.json has its section, or at least its path, in docs/API.md;
+- docs/ holds only Markdown, no more than 3,000 lines of it (a manual, not a lab notebook);
 - docs/BENCHMARKS.md's figures are the raw output's: every `bench/suite_report.py PATH...` command
-  it gives reads bench/results/, every folder of bench/results/ is read by one, and the Markdown
+  it gives reads bench/results/, every file of bench/results/ is read by one, and the Markdown
   tables that follow such a command (up to the next command or section) are tables the script
   prints from that output: the same header under the same caption, each row as printed. Each
   command is followed by at least one of its tables, so a figure that differs from the raw
@@ -80,6 +81,15 @@ for path, ops in spec["paths"].items():
         if path not in api_md:
             fail(f"docs/API.md never mentions {method.upper()} {path} (api/openapi.json has it)")
 
+docs_files = sorted(f for f in files if f.startswith("docs/"))
+for f in docs_files:
+    if not f.endswith(".md"):
+        fail(f"docs/ holds {f}: docs/ is Markdown only (raw runs a script reads go to bench/results/)")
+DOCS_MAX_LINES = 3000
+docs_lines = sum(len((root / f).read_text().splitlines()) for f in docs_files if f.endswith(".md") and (root / f).exists())
+if docs_lines > DOCS_MAX_LINES:
+    fail(f"docs/*.md hold {docs_lines} lines, more than {DOCS_MAX_LINES}")
+
 
 def tables(lines):
     """The Markdown tables in lines: (caption, header, data rows), where the caption is the line
@@ -138,5 +148,5 @@ for f in sorted(f for f in files if f.startswith("bench/results/")):
         fail(f"{f} is read by no bench/suite_report.py command of docs/BENCHMARKS.md")
 
 print(f"check_docs: {checked} cited paths, {len(spec['paths'])} routes, {len(top_dirs)} folders, "
-      f"{len(reports)} suite reports; {len(failures)} failed")
+      f"{docs_lines} lines of docs, {len(reports)} suite reports; {len(failures)} failed")
 sys.exit(1 if failures else 0)
