@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <unordered_map>
 
 namespace kforge::api {
@@ -28,16 +29,32 @@ constexpr size_t kMaxUnsent = 4 << 20;
 
 struct EventFront::Conn {
   int fd = -1;
+  EventFront* front = nullptr;  // set once admitted: the destructor counts it out
   Loop* home = nullptr;
   std::string in;  // received, not yet consumed
   std::string out;  // answers not yet sent
   size_t out_off = 0;
   Clock::time_point last = Clock::now();  // last progress either way
+  // The first byte of the request being received (its head's deadline counts from here),
+  // and, once its head is complete, the time its body must be in by.
+  Clock::time_point started{}, body_deadline{};
   std::string peer_ip, local_ip;
   int peer_port = 0, local_port = 0;
   bool close_after_write = false;
   bool peer_closed = false;  // the client sent EOF: answer what came, then close
+  bool client_close = false;  // the request handed to a worker asked `Connection: close`
+  // The bytes of `in` (and after it, of the socket) that request takes: a worker that reads
+  // another count of them (a handler that left its body unread) ends the connection, and
+  // so does a chunked body (npos), whose end only cpp-httplib sees.
+  size_t request_len = 0;
   uint32_t events = 0;       // what the loop's epoll waits for on it
+  Conn() = default;
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  ~Conn() {
+    if (fd >= 0) ::close(fd);
+    if (front) front->release(*this);
+  }
 };
 
 struct EventFront::Loop {
@@ -51,8 +68,8 @@ struct EventFront::Loop {
   Clock::time_point accept_paused_until{};
   bool accept_registered = false;
   ~Loop() {
-    for (auto& [p, c] : conns) ::close(c->fd);
-    for (auto& c : inbox) ::close(c->fd);
+    conns.clear();
+    inbox.clear();
     if (epfd >= 0) ::close(epfd);
     if (wake_fd >= 0) ::close(wake_fd);
   }
@@ -60,55 +77,27 @@ struct EventFront::Loop {
 
 namespace {
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// Parses "METHOD target HTTP/1.x\r\n(Name: value\r\n)*" (without the blank line). False on
-// anything it does not take as plainly valid: cpp-httplib then gets it, and answers it.
-bool parse_head(std::string_view head, FrontRequest& r) {
-  size_t eol = head.find("\r\n");
-  std::string_view line = head.substr(0, eol);
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = line.rfind(' ');
-  if (sp1 == std::string_view::npos || sp2 == sp1) return false;
-  r.method = line.substr(0, sp1);
-  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  r.version = line.substr(sp2 + 1);
-  if (r.version != "HTTP/1.1" && r.version != "HTTP/1.0") return false;
-  if (target.empty() || target.front() != '/' || target.find(' ') != std::string_view::npos) return false;
-  r.path = target.substr(0, target.find('?'));  // no route answered on a loop takes a query
-  r.headers.clear();
-  size_t pos = eol == std::string_view::npos ? head.size() : eol + 2;
-  while (pos < head.size()) {
-    size_t end = head.find("\r\n", pos);
-    if (end == std::string_view::npos) end = head.size();
-    std::string_view h = head.substr(pos, end - pos);
-    const size_t colon = h.find(':');
-    if (colon == std::string_view::npos || colon == 0) return false;
-    std::string_view name = h.substr(0, colon);
-    if (name.find_first_of(" \t") != std::string_view::npos) return false;
-    r.headers.emplace_back(name, trim(h.substr(colon + 1)));
-    pos = end + 2;
-  }
-  return true;
-}
-
 const char* status_text(int status) {
   switch (status) {
     case 200: return "OK";
+    case 206: return "Partial Content";
     case 304: return "Not Modified";
+    case 400: return "Bad Request";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 414: return "URI Too Long";
+    case 416: return "Range Not Satisfiable";
+    case 503: return "Service Unavailable";
     default: return "Unknown";  // the loop answers nothing else
   }
+}
+
+// The milliseconds left until `deadline`, at most `cap_ms` (all of it when there is none).
+int ms_until(Clock::time_point deadline, int cap_ms) {
+  if (deadline == Clock::time_point{}) return cap_ms;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return int(std::clamp<long long>(left, 0, cap_ms));
 }
 
 std::string ip_of(const sockaddr_storage& a, int& port) {
@@ -125,26 +114,45 @@ std::string ip_of(const sockaddr_storage& a, int& port) {
   return buf;
 }
 
-// Waits for `events` on fd up to timeout_s; false on timeout or error.
-bool wait_for(int fd, short events, int timeout_s) {
+// Waits for `events` on fd up to timeout_ms; false on timeout or error.
+bool wait_for(int fd, short events, int timeout_ms) {
   pollfd p{fd, events, 0};
   while (true) {
-    const int n = ::poll(&p, 1, timeout_s * 1000);
+    const int n = ::poll(&p, 1, timeout_ms);
     if (n < 0 && errno == EINTR) continue;
     return n > 0;
   }
 }
 
+// An answer's head with `Connection: close` in place of its keep-alive headers.
+std::string closing_head(std::string_view head) {
+  std::string out;
+  out.reserve(head.size() + 19);
+  size_t pos = 0;
+  for (size_t end; (end = head.find("\r\n", pos)) != std::string_view::npos; pos = end + 2) {
+    const std::string_view line = head.substr(pos, end - pos);
+    if (line.empty()) break;
+    const std::string_view name = line.substr(0, line.find(':'));
+    if (pos > 0 && (iequals(name, "Connection") || iequals(name, "Keep-Alive"))) continue;
+    out.append(line).append("\r\n");
+  }
+  out.append("Connection: close\r\n\r\n");
+  return out;
+}
+
 // A connection as cpp-httplib reads and writes it on a worker: first the bytes the loop
 // already received, then the socket. The answer's head is held back until its body's
-// first write, so that they go out in one send.
+// first write, so that they go out in one send. A body still arriving at the request's
+// body deadline is answered 408 here (the handler's later writes are dropped), and an
+// answer to a client that asked `Connection: close` says so, whatever the handler set.
 class ConnStream final : public httplib::Stream {
  public:
-  ConnStream(EventFront::Conn& c, std::string& out, int read_timeout_s, int write_timeout_s)
-      : in_(c.in), out_(out), read_timeout_s_(read_timeout_s), write_timeout_s_(write_timeout_s),
+  ConnStream(EventFront::Conn& c, std::string& out, const FrontConfig& config, std::function<void(std::string&)> refuse_late)
+      : in_(c.in), out_(out), read_timeout_ms_(config.read_timeout_s * 1000), write_timeout_ms_(config.write_timeout_s * 1000),
+        deadline_(c.body_deadline), force_close_(c.client_close), refuse_late_(std::move(refuse_late)),
         peer_ip_(c.peer_ip), local_ip_(c.local_ip), peer_port_(c.peer_port), local_port_(c.local_port), fd_(c.fd) {}
   bool is_readable() const override {
-    if (in_off_ < in_.size() || wait_for(fd_, POLLIN, read_timeout_s_)) return true;
+    if (in_off_ < in_.size() || wait_readable()) return true;
     broken_ = true;
     return false;
   }
@@ -159,34 +167,42 @@ class ConnStream final : public httplib::Stream {
     while (true) {
       // A read that times out, fails or meets the end leaves the request unread in part:
       // what follows on the connection is no request boundary, so it is closed afterwards.
-      if (!wait_for(fd_, POLLIN, read_timeout_s_)) {
+      if (!wait_readable()) {
         broken_ = true;
         return -1;
       }
       const ssize_t n = ::recv(fd_, ptr, size, 0);
       if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
       if (n <= 0) broken_ = true;
+      if (n > 0) from_socket_ += size_t(n);
       return n;
     }
   }
   ssize_t write(const char* ptr, size_t size) override {
     if (failed_) return -1;
-    const std::string_view s(ptr, size);
+    std::string_view s(ptr, size);
     // The head goes out in one write: a `Connection: close` in it (set by a handler, or
     // by httplib) ends the connection after this answer.
-    if (s.starts_with("HTTP/1.")) {
+    std::string rewritten;
+    const bool final_head = s.starts_with("HTTP/1.") && !s.starts_with("HTTP/1.1 1");
+    if (final_head) {
       const size_t end = s.find("\r\n\r\n");
-      const std::string_view head = s.substr(0, end);
-      for (size_t p = head.find("\r\n"); p != std::string_view::npos; p = head.find("\r\n", p + 2)) {
+      const std::string_view head = s.substr(0, end == std::string_view::npos ? s.size() : end + 4);
+      for (size_t p = head.find("\r\n"); p != std::string_view::npos && p + 2 < head.size(); p = head.find("\r\n", p + 2)) {
         const std::string_view line = head.substr(p + 2, head.find("\r\n", p + 2) - (p + 2));
         if (iequals(line, "Connection: close")) close_ = true;
+      }
+      if (force_close_ && !close_) {
+        rewritten = closing_head(head);
+        rewritten.append(s.substr(head.size()));
+        s = rewritten;
+        close_ = true;
       }
     }
     out_.append(s);
     // A final head waits for the first piece of its body, so that a small answer leaves
     // in one send; everything else goes at once: a streamed body (events, an export) is
     // seen as it is written, and `100 Continue` before the client sends its body.
-    const bool final_head = s.starts_with("HTTP/1.") && !s.starts_with("HTTP/1.1 1");
     if (!final_head && !flush()) return -1;
     return ssize_t(size);
   }
@@ -200,7 +216,7 @@ class ConnStream final : public httplib::Stream {
   }
   socket_t socket() const override { return fd_; }
 
-  bool flush() {
+  bool flush() const {
     size_t off = 0;
     while (off < out_.size() && !failed_) {
       const ssize_t n = ::send(fd_, out_.data() + off, out_.size() - off, MSG_NOSIGNAL);
@@ -208,7 +224,7 @@ class ConnStream final : public httplib::Stream {
         off += size_t(n);
       } else if (n < 0 && errno == EINTR) {
       } else if (n < 0 && errno == EAGAIN) {
-        if (!wait_for(fd_, POLLOUT, write_timeout_s_)) failed_ = true;
+        if (!wait_for(fd_, POLLOUT, write_timeout_ms_)) failed_ = true;
       } else {
         failed_ = true;
       }
@@ -217,35 +233,45 @@ class ConnStream final : public httplib::Stream {
     return !failed_;
   }
   bool close_requested() const { return close_ || failed_ || broken_; }
+  bool timed_out() const { return timed_out_; }
   // What was received and not read: the next pipelined request, for the loop.
   std::string rest() const { return in_.substr(in_off_); }
+  // The bytes the handler read: from the loop's buffer, then from the socket.
+  size_t consumed() const { return in_off_ + from_socket_; }
 
  private:
+  // Waits for the next bytes up to the read timeout, and not past the body's deadline: a
+  // request late there is answered 408 now and nothing the handler writes after goes out.
+  bool wait_readable() const {
+    const int left = ms_until(deadline_, read_timeout_ms_);
+    if (wait_for(fd_, POLLIN, left)) return true;
+    if (deadline_ != Clock::time_point{} && Clock::now() >= deadline_ && !failed_) {
+      timed_out_ = true;
+      std::string answer;
+      refuse_late_(answer);
+      out_.append(answer);
+      flush();
+      failed_ = true;
+    }
+    return false;
+  }
+
   std::string& in_;
   std::string& out_;
-  size_t in_off_ = 0;
-  int read_timeout_s_, write_timeout_s_;
+  size_t in_off_ = 0, from_socket_ = 0;
+  int read_timeout_ms_, write_timeout_ms_;
+  Clock::time_point deadline_;
+  bool force_close_;
+  std::function<void(std::string&)> refuse_late_;
   const std::string& peer_ip_;
   const std::string& local_ip_;
   int peer_port_, local_port_;
   int fd_;
-  bool failed_ = false, close_ = false;
-  mutable bool broken_ = false;
+  bool close_ = false;
+  mutable bool failed_ = false, broken_ = false, timed_out_ = false;
 };
 
 }  // namespace
-
-std::string_view FrontRequest::header(std::string_view name) const {
-  for (const auto& [n, v] : headers)
-    if (iequals(n, name)) return v;
-  return {};
-}
-
-bool FrontRequest::has_header(std::string_view name) const {
-  for (const auto& [n, v] : headers)
-    if (iequals(n, name)) return true;
-  return false;
-}
 
 void append_response(std::string& out, const FrontRequest& req, int status,
                      const std::vector<std::pair<std::string_view, std::string_view>>& headers,
@@ -298,7 +324,7 @@ EventFront::~EventFront() {
     if (w.joinable()) w.join();
   for (auto& l : loops_)
     if (l->thread.joinable()) l->thread.join();
-  for (auto& c : work_) ::close(c->fd);
+  work_.clear();
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
@@ -374,7 +400,43 @@ void EventFront::stop() {
   work_cv_.notify_all();
 }
 
-EventFront::Counts EventFront::counts() const { return {accepted_.load(), fast_.load(), handed_off_.load()}; }
+EventFront::Counts EventFront::counts() const {
+  Counts n{accepted_.load(), fast_.load(), handed_off_.load()};
+  {
+    std::lock_guard lock(const_cast<std::mutex&>(clients_mu_));
+    n.open = open_;
+  }
+  n.refused_total = refused_total_.load();
+  n.refused_per_client = refused_per_client_.load();
+  n.bad_requests = bad_requests_.load();
+  n.header_timeouts = header_timeouts_.load();
+  n.body_timeouts = body_timeouts_.load();
+  return n;
+}
+
+bool EventFront::admit(Conn& c) {
+  std::lock_guard lock(clients_mu_);
+  if (config_.max_connections && open_ >= config_.max_connections) {
+    refused_total_++;
+    return false;
+  }
+  size_t& mine = clients_[c.peer_ip];
+  if (config_.max_connections_per_client && mine >= config_.max_connections_per_client) {
+    if (mine == 0) clients_.erase(c.peer_ip);
+    refused_per_client_++;
+    return false;
+  }
+  ++mine;
+  ++open_;
+  c.front = this;
+  return true;
+}
+
+void EventFront::release(const Conn& c) {
+  std::lock_guard lock(clients_mu_);
+  --open_;
+  if (auto it = clients_.find(c.peer_ip); it != clients_.end() && --it->second == 0) clients_.erase(it);
+}
 
 void EventFront::loop_main(Loop& loop) {
   std::vector<epoll_event> events(256);
@@ -427,7 +489,6 @@ void EventFront::loop_main(Loop& loop) {
       next_sweep = now + std::chrono::seconds(1);
     }
   }
-  for (auto& [p, c] : loop.conns) ::close(c->fd);
   loop.conns.clear();
 }
 
@@ -454,6 +515,14 @@ void EventFront::accept_all(Loop& loop) {
     sockaddr_storage local{};
     socklen_t llen = sizeof local;
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) c->local_ip = ip_of(local, c->local_port);
+    if (!admit(*c)) {
+      // Refused at once, never queued: a 503 if the socket takes it without waiting.
+      static constexpr std::string_view kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n"
+          "Connection: close\r\nContent-Length: 36\r\n\r\ntoo many connections from this client";
+      (void)!::send(fd, kBusy.data(), kBusy.size() - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      continue;
+    }
     accepted_++;
     Loop& home = *loops_[next_loop_++ % loops_.size()];
     c->home = &home;
@@ -471,20 +540,15 @@ void EventFront::accept_all(Loop& loop) {
 }
 
 void EventFront::adopt(Loop& loop, std::unique_ptr<Conn> c) {
-  if (stopping_) {
-    ::close(c->fd);
-    return;
-  }
+  if (stopping_) return;  // closed as it goes
   Conn* p = c.get();
   p->last = Clock::now();
+  if (!p->in.empty()) p->started = p->last;  // a pipelined request the worker did not read
   p->events = EPOLLIN | EPOLLRDHUP;
   epoll_event ev{};
   ev.events = p->events;
   ev.data.ptr = p;
-  if (::epoll_ctl(loop.epfd, EPOLL_CTL_ADD, p->fd, &ev) != 0) {
-    ::close(p->fd);
-    return;
-  }
+  if (::epoll_ctl(loop.epfd, EPOLL_CTL_ADD, p->fd, &ev) != 0) return;
   loop.conns.emplace(p, std::move(c));
   if (!p->in.empty()) process(loop, p);  // a pipelined request the worker did not read
 }
@@ -494,8 +558,9 @@ void EventFront::on_readable(Loop& loop, Conn* c) {
   while (true) {
     const ssize_t n = ::recv(c->fd, buf, sizeof buf, 0);
     if (n > 0) {
-      c->in.append(buf, size_t(n));
       c->last = Clock::now();
+      if (c->in.empty()) c->started = c->last;  // a new request's first byte
+      c->in.append(buf, size_t(n));
       if (size_t(n) < sizeof buf) break;
       continue;
     }
@@ -524,38 +589,60 @@ void EventFront::process(Loop& loop, Conn* c) {
         backlog = true;
         break;
       }
-      const std::string_view buf = std::string_view(c->in).substr(consumed);
+      std::string_view buf = std::string_view(c->in).substr(consumed);
       if (buf.empty()) break;
-      const size_t head_end = buf.find("\r\n\r\n");
-      if (head_end == std::string_view::npos) {
-        if (buf.size() > config_.max_head) handoff = true;
-        break;
+      const HeadScan scan = scan_head(buf, config_.max_head);
+      HeadError bad = scan.why;
+      if (scan.error || (scan.size && !parse_request_head(buf.substr(scan.skip, scan.size - 4), r, bad))) {
+        bad_requests_++;
+        return refuse(loop, c, {bad.status, bad.detail, c->peer_ip, r.method, r.target});
       }
-      if (!parse_head(buf.substr(0, head_end), r) || r.version != "HTTP/1.1" ||
-          r.has_header("Transfer-Encoding") || r.has_header("Expect") || !handler_.fast_candidate(r)) {
+      consumed += scan.skip;  // empty lines before a request are read and dropped
+      buf.remove_prefix(scan.skip);
+      if (!scan.size) break;  // the head is still coming
+      const size_t head_len = scan.size;
+      // Only GET, HEAD and POST have routes: the others are answered here, whatever their
+      // body, so cpp-httplib never frames a method it would read differently.
+      if (r.method != "GET" && r.method != "HEAD" && r.method != "POST") {
+        const std::string allow = handler_.allowed(r.path);
+        return refuse(loop, c, {allow.empty() ? 404 : 405,
+                                allow.empty() ? "no route for this path" : "this path takes " + allow + " only",
+                                c->peer_ip, r.method, r.target, allow});
+      }
+      c->request_len = r.framing == RequestHead::Framing::kChunked ? std::string::npos : head_len + r.content_length;
+      const bool buffered_body = r.framing == RequestHead::Framing::kNone ||
+                                 (r.framing == RequestHead::Framing::kLength && r.content_length <= config_.max_fast_body &&
+                                  !r.has_header("Expect"));
+      if (!buffered_body) {  // a large or chunked body, or one the client sends after `100 Continue`
+        c->client_close = !r.keep_alive || r.framing == RequestHead::Framing::kChunked;
+        c->body_deadline = body_deadline(r.framing == RequestHead::Framing::kLength ? r.content_length : config_.max_body);
         handoff = true;
         break;
       }
-      size_t body_len = 0;
-      if (const auto cl = r.header("Content-Length"); !cl.empty()) {
-        const auto [end, ec] = std::from_chars(cl.data(), cl.data() + cl.size(), body_len);
-        if (ec != std::errc() || end != cl.data() + cl.size() || body_len > config_.max_fast_body) {
-          handoff = true;
-          break;
-        }
+      const size_t total = head_len + r.content_length;
+      if (buf.size() < total) {  // the body is still coming: on the loop, not on a worker
+        if (c->body_deadline == Clock::time_point{}) c->body_deadline = body_deadline(r.content_length);
+        break;
       }
-      const size_t total = head_end + 4 + body_len;
-      if (buf.size() < total) break;  // the body is still coming
-      r.body = buf.substr(head_end + 4, body_len);
-      r.keep_alive = !iequals(r.header("Connection"), "close");
+      r.body = buf.substr(head_len, r.content_length);
+      if (r.version != "HTTP/1.1" || !handler_.fast_candidate(r)) {
+        c->client_close = !r.keep_alive;
+        c->body_deadline = {};
+        handoff = true;
+        break;
+      }
       const size_t before = c->out.size();
       if (!handler_.answer_fast(r, c->out)) {
         c->out.resize(before);
+        c->client_close = !r.keep_alive;
+        c->body_deadline = {};
         handoff = true;
         break;
       }
       fast_++;
       consumed += total;
+      c->body_deadline = {};
+      c->started = Clock::now();  // of what follows, if anything
       if (!r.keep_alive) c->close_after_write = true;
     }
     if (consumed) c->in.erase(0, consumed);
@@ -563,6 +650,18 @@ void EventFront::process(Loop& loop, Conn* c) {
     if (c->peer_closed && !backlog) c->close_after_write = true;
     if (!flush(loop, c) || !backlog || c->out_off < c->out.size()) return;
   }
+}
+
+Clock::time_point EventFront::body_deadline(uint64_t bytes) const {
+  const double seconds = config_.body_timeout_s + double(bytes) / double(std::max<size_t>(1, config_.min_body_rate));
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+void EventFront::refuse(Loop& loop, Conn* c, const FrontRefusal& why) {
+  handler_.refuse(why, c->out);
+  c->in.clear();
+  c->close_after_write = true;
+  flush(loop, c);
 }
 
 bool EventFront::flush(Loop& loop, Conn* c) {
@@ -607,8 +706,7 @@ void EventFront::watch(Loop& loop, Conn* c, bool write) {
 
 void EventFront::close_conn(Loop& loop, Conn* c) {
   ::epoll_ctl(loop.epfd, EPOLL_CTL_DEL, c->fd, nullptr);
-  ::close(c->fd);
-  loop.conns.erase(c);
+  loop.conns.erase(c);  // ~Conn closes it
 }
 
 void EventFront::hand_off(Loop& loop, Conn* c) {
@@ -624,16 +722,27 @@ void EventFront::hand_off(Loop& loop, Conn* c) {
 
 void EventFront::sweep(Loop& loop) {
   const auto now = Clock::now();
-  std::vector<Conn*> expired;
+  std::vector<Conn*> expired, late;
   for (auto& [p, c] : loop.conns) {
-    // A partial request or an unread answer has the read (write) timeout; an idle
-    // keep-alive connection the keep-alive timeout.
-    const int limit = c->out_off < c->out.size() ? config_.write_timeout_s
-                      : !c->in.empty()          ? config_.read_timeout_s
-                                                : config_.keep_alive_timeout_s;
-    if (now - c->last > std::chrono::seconds(limit)) expired.push_back(p);
+    if (c->out_off < c->out.size()) {  // an answer the client does not read
+      if (now - c->last > std::chrono::seconds(config_.write_timeout_s)) expired.push_back(p);
+    } else if (c->in.empty()) {  // idle between requests
+      if (now - c->last > std::chrono::seconds(config_.keep_alive_timeout_s)) expired.push_back(p);
+    } else if (c->body_deadline != Clock::time_point{} ? now >= c->body_deadline
+                                                       : now - c->started > std::chrono::seconds(config_.header_timeout_s)) {
+      late.push_back(p);  // a request that has not arrived in time, however it trickles
+    } else if (now - c->last > std::chrono::seconds(config_.read_timeout_s)) {
+      expired.push_back(p);  // a partial request that stopped
+    }
   }
   for (Conn* p : expired) close_conn(loop, p);
+  for (Conn* p : late) {
+    const bool body = p->body_deadline != Clock::time_point{};
+    (body ? body_timeouts_ : header_timeouts_)++;
+    refuse(loop, p, {408, body ? "the request body did not arrive in time" : "the request head did not arrive in time",
+                     p->peer_ip, "", ""});
+    if (loop.conns.contains(p)) close_conn(loop, p);  // the 408 could not all be sent: no waiting for it
+  }
 }
 
 void EventFront::worker_main() {
@@ -646,23 +755,22 @@ void EventFront::worker_main() {
       c = std::move(work_.front());
       work_.pop_front();
     }
-    if (stopping_) {
-      ::close(c->fd);
-      continue;
-    }
+    if (stopping_) continue;  // closed as it goes
     std::string out = std::move(c->out);
     out.erase(0, c->out_off);  // answers the loop had not sent yet go first
     c->out.clear();
     c->out_off = 0;
-    ConnStream s(*c, out, config_.read_timeout_s, config_.write_timeout_s);
+    ConnStream s(*c, out, config_, [this, &c](std::string& answer) {
+      body_timeouts_++;
+      handler_.refuse({408, "the request body did not arrive in time", c->peer_ip, "", ""}, answer);
+    });
     bool keep = s.flush();
     if (keep) keep = handler_.serve(s);
-    keep = s.flush() && keep && !s.close_requested() && !stopping_;
-    if (!keep) {
-      ::close(c->fd);
-      continue;
-    }
+    keep = s.flush() && keep && !s.close_requested() && !stopping_ && s.consumed() == c->request_len;
+    if (!keep) continue;  // closed as it goes
     c->in = s.rest();
+    c->client_close = false;
+    c->body_deadline = {};
     give_back(std::move(c));
   }
 }

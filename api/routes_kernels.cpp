@@ -71,6 +71,20 @@ std::optional<Download> download_of(const nlohmann::json& m, const std::string& 
   return d;
 }
 
+// The part of a download's `size` bytes a request's Range asks for: If-Range naming
+// another version, or no Range, is the whole (docs/API.md, Downloads).
+ByteRange range_of(std::string_view range, std::string_view if_range, const Download& d, uint64_t size) {
+  if (range.empty() || (!if_range.empty() && if_range != d.etag)) return {};
+  return parse_range(range, size);
+}
+
+// "bytes 0-99/1234" (a part) or "bytes */1234" (unsatisfiable).
+std::string content_range(const ByteRange& r, uint64_t size) {
+  return r.kind == ByteRange::Kind::kPart
+             ? "bytes " + std::to_string(r.first) + "-" + std::to_string(r.last) + "/" + std::to_string(size)
+             : "bytes */" + std::to_string(size);
+}
+
 // "/kernels/{key}/artifact" or ".../object" with a well-formed key: (key, what).
 std::optional<std::pair<std::string_view, std::string_view>> binary_download(std::string_view path) {
   constexpr std::string_view prefix = "/kernels/";
@@ -219,7 +233,7 @@ void Server::send_hit(httplib::Response& res, const std::shared_ptr<const nlohma
 bool Server::fast_candidate(const FrontRequest& r) {
   if (r.method == "POST") return r.path == "/kernels";
   if (r.method != "GET" && r.method != "HEAD") return false;
-  return !r.has_header("Range") && binary_download(r.path).has_value();  // ranges: httplib's
+  return binary_download(r.path).has_value();
 }
 
 // Only what is in memory is answered here: a miss, an error, a file not kept in memory, an
@@ -257,7 +271,7 @@ bool Server::answer_fast(const FrontRequest& r, std::string& out) {
     if (!m) return false;
     const auto d = download_of(*m, key, what);
     if (!d) return false;
-    if (r.header("If-None-Match") == d->etag) {
+    if (none_match(r.header("If-None-Match"), d->etag)) {
       status = 304;
       append_response(out, r, 304, {{"ETag", d->etag}, {"Cache-Control", kImmutable}, {"X-Request-Id", rid}}, {},
                       kKeepAliveSeconds);
@@ -268,8 +282,9 @@ bool Server::answer_fast(const FrontRequest& r, std::string& out) {
                                                                             {"Content-Disposition", d->disposition},
                                                                             {"X-Request-Id", rid}};
       std::shared_ptr<const std::string> data;
-      std::string target;
-      if (!config_.accel_redirect.empty()) {
+      std::string_view body;
+      std::string target, range_header;
+      if (!config_.accel_redirect.empty()) {  // nginx answers a Range itself
         // nginx sends the file: the entry checked unchanged since it was verified, as the
         // route does (a memo not looked at for 100 ms costs a stat per file).
         if (!svc_.store.lookup(key)) return false;
@@ -279,9 +294,17 @@ bool Server::answer_fast(const FrontRequest& r, std::string& out) {
         // The verified bytes, still the file's (one stat): never bytes that changed on disk.
         data = svc_.store.read_hot(key, d->file);
         if (!data) return false;
-        bytes = data->size();
+        body = *data;
+        const ByteRange range = range_of(r.header("Range"), r.header("If-Range"), *d, data->size());
+        if (range.kind != ByteRange::Kind::kWhole) {
+          status = range.kind == ByteRange::Kind::kPart ? 206 : 416;
+          range_header = content_range(range, data->size());
+          headers.emplace_back("Content-Range", range_header);
+          body = status == 206 ? body.substr(range.first, range.last - range.first + 1) : std::string_view();
+        }
+        bytes = body.size();
       }
-      append_response(out, r, 200, headers, data ? std::string_view(*data) : std::string_view(), kKeepAliveSeconds);
+      append_response(out, r, status, headers, body, kKeepAliveSeconds);
     }
     route = std::string("/kernels/{key}/") + std::string(what);
     hits_.record(std::string("GET ") + route, client, key);
@@ -471,10 +494,14 @@ void Server::kernel_routes() {
           if (binary) hits_.record(std::string("GET /kernels/{key}/") + what, req.remote_addr, key);
           res.set_header("ETag", d->etag);
           res.set_header("Cache-Control", kImmutable);
-          if (req.get_header_value("If-None-Match") == d->etag) {
+          if (none_match(req.get_header_value("If-None-Match"), d->etag)) {
             res.status = 304;
             return;
           }
+          // Ranges are ours, as on the event front (api/http_head.hpp): httplib's own
+          // slicing of the answer is switched off.
+          const std::string range_value = req.get_header_value("Range");
+          const_cast<httplib::Request&>(req).ranges.clear();
           const char* type = d->type;
           if (binary) res.set_header("Content-Disposition", d->disposition);
           if (binary && !config_.accel_redirect.empty()) {
@@ -493,6 +520,17 @@ void Server::kernel_routes() {
                 res, problem_json(404, svc_.store.discarded(key)
                                            ? "kernel " + key + " was corrupt on disk and has been removed; submit it again"
                                            : "kernel " + key + " is gone (evicted or removed); submit it again"));
+          }
+          const ByteRange range = range_of(range_value, req.get_header_value("If-Range"), *d, data->size());
+          if (range.kind == ByteRange::Kind::kUnsatisfiable) {
+            res.set_header("Content-Range", content_range(range, data->size()));
+            return send_problem(res, problem_json(416, "the Range starts past the end of the " +
+                                                           std::to_string(data->size()) + "-byte file"));
+          }
+          if (range.kind == ByteRange::Kind::kPart) {
+            res.status = 206;
+            res.set_header("Content-Range", content_range(range, data->size()));
+            *data = data->substr(range.first, range.last - range.first + 1);
           }
           res.set_content(std::move(*data), type);
         });

@@ -165,6 +165,23 @@ void Server::status_routes() {
             counter("kforge_http_loop_answers_total", "Requests answered on an event loop (hits from memory).", c.fast);
             counter("kforge_http_handed_off_total", "Requests handed to a worker (everything but hits from memory).",
                     c.handed_off);
+            text.append("# HELP kforge_http_connections_open Connections open now.\n# TYPE kforge_http_connections_open gauge\n")
+                .append("kforge_http_connections_open ").append(std::to_string(c.open)).append("\n");
+            text.append("# HELP kforge_http_connections_refused_total Connections closed at once: over --max-connections "
+                        "(total) or --max-connections-per-client (per_client).\n"
+                        "# TYPE kforge_http_connections_refused_total counter\n")
+                .append("kforge_http_connections_refused_total{cap=\"total\"} ").append(std::to_string(c.refused_total))
+                .append("\nkforge_http_connections_refused_total{cap=\"per_client\"} ")
+                .append(std::to_string(c.refused_per_client)).append("\n");
+            text.append("# HELP kforge_http_request_timeouts_total Requests answered 408 and closed: a head not whole "
+                        "within --header-timeout, a body not in by its deadline.\n"
+                        "# TYPE kforge_http_request_timeouts_total counter\n")
+                .append("kforge_http_request_timeouts_total{part=\"head\"} ").append(std::to_string(c.header_timeouts))
+                .append("\nkforge_http_request_timeouts_total{part=\"body\"} ").append(std::to_string(c.body_timeouts))
+                .append("\n");
+            counter("kforge_http_bad_requests_total",
+                    "Request heads refused (400, 414) and their connections closed: unparseable or ambiguous framing.",
+                    c.bad_requests);
           }
           res.set_content(text, "text/plain; version=0.0.4");
         });

@@ -129,6 +129,12 @@ Server::Server(ServerConfig config, Services services)
     fc.read_timeout_s = config_.read_timeout_s;
     fc.write_timeout_s = config_.write_timeout_s;
     fc.keep_alive_timeout_s = kKeepAliveSeconds;
+    fc.header_timeout_s = config_.header_timeout_s;
+    fc.body_timeout_s = config_.body_timeout_s;
+    fc.min_body_rate = config_.min_body_rate;
+    fc.max_body = std::max(config_.max_body_bytes, config_.max_import_bytes);
+    fc.max_connections = config_.max_connections;
+    fc.max_connections_per_client = config_.max_connections_per_client;
     front_ = std::make_unique<EventFront>(fc, static_cast<FrontHandler&>(*this));
   }
   const size_t threads = config_.http_threads;
@@ -305,6 +311,44 @@ bool Server::serve(httplib::Stream& stream) {
   bool closed = false;
   const bool ok = core_->process_request(stream, false, closed, nullptr);
   return ok && !closed;
+}
+
+void Server::refuse(const FrontRefusal& why, std::string& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string rid = core::unique_suffix();
+  const std::string body = problem_json(why.status, std::string(why.detail)).dump();
+  FrontRequest r;
+  r.keep_alive = false;  // "Connection: close"
+  r.method = why.method == "HEAD" ? "HEAD" : "";
+  std::vector<std::pair<std::string_view, std::string_view>> headers = {{"Content-Type", "application/problem+json"},
+                                                                        {"X-Request-Id", rid}};
+  if (!why.allow.empty()) headers.emplace_back("Allow", why.allow);
+  append_response(out, r, why.status, headers, body, kKeepAliveSeconds);
+  access_log(rid, why.method, why.target.substr(0, why.target.find('?')), "unparsed", why.status,
+             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), body.size(),
+             why.remote_addr);
+}
+
+std::string Server::allowed(std::string_view path) const {
+  // Each route's OpenAPI path, a `{name}` standing for one non-empty segment.
+  auto matches = [](std::string_view pattern, std::string_view p) {
+    while (!pattern.empty() && !p.empty()) {
+      const size_t a = pattern.find('/', 1), b = p.find('/', 1);
+      const std::string_view ps = pattern.substr(0, a), s = p.substr(0, b);
+      const bool param = ps.size() > 2 && ps[1] == '{' && ps.back() == '}';
+      if (param ? s.size() < 2 : ps != s) return false;
+      pattern.remove_prefix(ps.size());
+      p.remove_prefix(s.size());
+    }
+    return pattern.empty() && p.empty();
+  };
+  bool get = false, post = false;
+  for (const auto& [method, pattern] : routes_) {
+    if (!matches(pattern, path)) continue;
+    get = get || method == "GET";
+    post = post || method == "POST";
+  }
+  return get && post ? "GET, HEAD, POST" : get ? "GET, HEAD" : post ? "POST" : "";
 }
 
 void Server::log_line(nlohmann::json line) {

@@ -63,6 +63,13 @@ struct ServerConfig {
   std::chrono::milliseconds request_deadline{std::chrono::minutes(10)};
   int read_timeout_s = 30;        // a client that sends nothing for this long is dropped
   int write_timeout_s = 30;       // ... or reads nothing
+  // Slow clients (api/front.hpp FrontConfig): the head's and the body's deadlines, and the
+  // caps on open connections (0: none).
+  int header_timeout_s = 30;
+  int body_timeout_s = 30;
+  size_t min_body_rate = 64 << 10;
+  size_t max_connections = 0;
+  size_t max_connections_per_client = 0;
   size_t http_threads = 64;       // requests served at once off the event loops (HTTPS: connections)
   size_t http_loops = 0;          // event loops of the plain-HTTP front (0: 4 per core, up to 32)
   uint64_t cache_max_bytes = 0;   // 0: unbounded
@@ -161,6 +168,8 @@ class Server : private FrontHandler {
   bool fast_candidate(const FrontRequest& head) override;
   bool answer_fast(const FrontRequest& req, std::string& out) override;
   bool serve(httplib::Stream& stream) override;
+  void refuse(const FrontRefusal& why, std::string& out) override;
+  std::string allowed(std::string_view path) const override;
   // A hit's answer body: the kernel's view as bytes made once per verified manifest, with
   // this request's phases_ms (a JSON object's text) appended.
   std::string hit_body(const std::shared_ptr<const nlohmann::json>& manifest, std::string_view phases);

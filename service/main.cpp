@@ -7,6 +7,7 @@
 //   kforge cache stats|gc|verify|export|import [--cache-dir DIR] ...
 #include <httplib.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -128,6 +129,12 @@ constexpr SettingSpec kServeSettings[] = {
     {"max-prefetch", "4096", "most requests in one POST /prefetch (each also within --max-body)"},
     {"request-deadline", "600", "longest a request waits for its build before a 202, s"},
     {"read-timeout", "30", "drop a client that sends nothing for this long, s"},
+    {"header-timeout", "30", "a request head must arrive whole this long after its first byte (else 408), s"},
+    {"body-timeout", "30", "a request body must arrive within this, plus its length at --min-body-rate (else 408), s"},
+    {"min-body-rate", "65536", "the slowest average rate a request body may arrive at, bytes/s"},
+    {"max-connections", "0", "connections open at once; more are refused (0: the descriptor limit less 256)"},
+    {"max-connections-per-client", "256", "connections open at once from one client address (0: no cap; behind nginx, "
+                                          "nginx's address is the client)"},
     {"write-timeout", "30", "drop a client that reads nothing for this long, s"},
     {"http-threads", "64", "requests served at once off the event loops (HTTPS: connections)"},
     {"http-loops", "0", "event loops that own the connections and answer hits (0: 4 per core, at most max(cores, 32); plain HTTP)"},
@@ -181,6 +188,20 @@ bool load_config(const std::string& file) {
     config_values()[name] = trim(line.substr(eq + 1));
   }
   return true;
+}
+
+// --max-connections 0: the descriptor limit, raised to its hard limit first, less 256 kept
+// for the cache's files, compilers' pipes and Redis.
+size_t default_max_connections() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1024;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  const rlim_t n = lim.rlim_cur == RLIM_INFINITY ? rlim_t(1) << 20 : lim.rlim_cur;
+  return n > 512 ? size_t(n - 256) : size_t(n / 2);
 }
 
 long long number(const std::string& name, const std::string& value) {
@@ -255,6 +276,12 @@ int serve(const Args& a) {
   cfg.job_history = num("job-history");
   cfg.request_deadline = std::chrono::seconds(num("request-deadline"));
   cfg.read_timeout_s = static_cast<int>(num("read-timeout"));
+  cfg.header_timeout_s = static_cast<int>(std::max<long long>(1, num("header-timeout")));
+  cfg.body_timeout_s = static_cast<int>(std::max<long long>(1, num("body-timeout")));
+  cfg.min_body_rate = std::max<long long>(1, num("min-body-rate"));
+  cfg.max_connections = num("max-connections");
+  cfg.max_connections_per_client = num("max-connections-per-client");
+  if (cfg.max_connections == 0) cfg.max_connections = default_max_connections();
   cfg.write_timeout_s = static_cast<int>(num("write-timeout"));
   cfg.http_threads = std::max<long long>(4, num("http-threads"));
   cfg.http_loops = std::max<long long>(0, num("http-loops"));

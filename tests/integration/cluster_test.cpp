@@ -14,6 +14,7 @@
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 #include "core/process.hpp"
+#include "integration/framing_cases.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 
@@ -322,6 +323,48 @@ TEST_F(Cluster, AsyncJobsAndTheirEventsWorkThroughNginx) {
   ASSERT_TRUE(job);
   EXPECT_EQ(job->status, 200) << job->body;
   EXPECT_EQ(json::parse(job->body)["state"], "done");
+}
+
+// Request smuggling through the documented deployment (issue 41): each ambiguous request
+// sent to nginx carries a request for a path of its own; whatever nginx makes of it, no
+// instance ever answers that path, since nginx forwards no request of it as one.
+TEST_F(Cluster, AmbiguousRequestsThroughNginxSmuggleNothingIntoKforge) {
+  std::vector<std::string> paths;
+  int n = 0;
+  for (const auto& prefix : {std::string(), std::string("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")}) {
+    for (const auto& c : framing_cases("")) {
+      const std::string path = "/smuggled-" + std::to_string(n++);
+      paths.push_back(path);
+      const std::string smuggled = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+      std::string bytes;
+      for (const auto& s : framing_cases(smuggled))
+        if (std::string(s.name) == c.name) bytes = s.bytes;
+      RawConnection conn(nginx_port_, nullptr);
+      ASSERT_TRUE(conn.connected());
+      conn.send(prefix + bytes + "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+      // Whatever nginx answers (its own 400, or kforge's through it), until it closes.
+      EXPECT_TRUE(conn.closed_within(10)) << c.name << ": nginx kept the connection open";
+    }
+  }
+  // The access logs are written every 50 ms: once a marker sent after them all is in one,
+  // each instance has written what it answered before.
+  auto marker = via_nginx().Get("/smuggling-test-marker");
+  ASSERT_TRUE(marker);
+  auto log_of = [&](const std::string& id) {
+    std::ifstream in(scratch_ / ("server-" + id + ".log"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  bool seen = false;
+  for (int i = 0; i < 100 && !seen; ++i) {
+    for (const auto& [id, s] : servers_) seen = seen || log_of(id).find("/smuggling-test-marker") != std::string::npos;
+    if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(seen) << "no instance logged the marker";
+  for (const auto& [id, s] : servers_) {
+    const std::string log = log_of(id);
+    for (const auto& path : paths)
+      EXPECT_EQ(log.find("\"" + path + "\""), std::string::npos) << "instance " << id << " answered " << path;
+  }
 }
 
 }  // namespace

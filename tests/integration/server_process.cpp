@@ -156,11 +156,24 @@ Reply post_json(const ServerProcess& s, const std::string& path, const std::stri
   return to_reply(c.Post(path, body, "application/json"));
 }
 
-RawConnection::RawConnection(const ServerProcess& s) {
+RawConnection::RawConnection(const ServerProcess& s, const char* from)
+    : RawConnection(std::stoi(s.url().substr(s.url().rfind(':') + 1)), from) {}
+
+RawConnection::RawConnection(int port, const char* from) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (from) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    ::inet_pton(AF_INET, from, &src.sin_addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(s.url().substr(s.url().rfind(':') + 1))));
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd_);
@@ -182,6 +195,19 @@ void RawConnection::send(const std::string& bytes) {
 }
 
 void RawConnection::shutdown_write() { ::shutdown(fd_, SHUT_WR); }
+
+bool RawConnection::drain_closed() {
+  if (fd_ < 0) return true;
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      in_.append(buf, size_t(n));
+      continue;
+    }
+    return n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+}
 
 bool RawConnection::fill(int timeout_s) {
   pollfd p{fd_, POLLIN, 0};
@@ -256,6 +282,12 @@ extern "C" PT_EXPORT int KERNEL_NAME(const float* x, float* y, int64_t n, size_t
             {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {n}}}},
             {"extra_args", {n}},
             {"budget_ms", budget_ms}}}};
+}
+
+nlohmann::json hit_request() {
+  nlohmann::json j = cpu_source_request("for (int64_t i = 0; i < n; ++i) y[i] = x[i];", 64, 1);
+  j.erase("benchmark");
+  return j;
 }
 
 }  // namespace kforge::testing

@@ -56,7 +56,10 @@ bool wait_for_port(int port, int timeout_ms = 10000);
 // a request cut short): what an HTTP client library would not send.
 class RawConnection {
  public:
-  explicit RawConnection(const ServerProcess& s);
+  explicit RawConnection(const ServerProcess& s) : RawConnection(s, nullptr) {}
+  // From the loopback address `from` (e.g. "127.0.0.2"): another client address.
+  RawConnection(const ServerProcess& s, const char* from);
+  RawConnection(int port, const char* from);
   ~RawConnection();
   RawConnection(const RawConnection&) = delete;
   RawConnection& operator=(const RawConnection&) = delete;
@@ -69,8 +72,13 @@ class RawConnection {
   };
   // The next whole answer (its body by Content-Length; none for 304 or after HEAD).
   Answer read_answer(bool head_request = false, int timeout_s = 20);
-  // Whether the server closes the connection within `timeout_s` (nothing else arriving).
+  // Whether the server closes the connection within `timeout_s`; what arrives meanwhile
+  // is kept (unread()).
   bool closed_within(int timeout_s);
+  // Received and not returned by read_answer().
+  const std::string& unread() const { return in_; }
+  // Reads what has arrived (into unread()) without waiting; true once the server closed.
+  bool drain_closed();
 
  private:
   bool fill(int timeout_s);  // reads more; false on EOF, error or timeout
@@ -92,5 +100,8 @@ double metric(const ServerProcess& s, const std::string& series);
 // A source-mode cpu request whose kernel takes (const float* x, float* y, int64_t n, ...) and
 // runs `body` (which may use <cstdio>, <cstdlib>, <ctime> and <unistd.h>), benchmarked on n floats.
 nlohmann::json cpu_source_request(const std::string& body, int64_t n, double budget_ms);
+// A cpu source request without a benchmark: once built, POSTing its bytes again is a hit
+// the event front answers on its loop.
+nlohmann::json hit_request();
 
 }  // namespace kforge::testing
