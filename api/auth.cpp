@@ -3,7 +3,9 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <fstream>
+#include <sstream>
 
 namespace kforge::api {
 namespace {
@@ -38,17 +40,26 @@ const char* role_name(Role r) {
 }
 
 core::Result<Auth> Auth::load(const std::filesystem::path& file) {
-  std::ifstream in(file);
+  std::ifstream in(file, std::ios::binary);
   if (!in)
     return core::fail(core::ErrorKind::kInternal, "cannot read the token file " + file.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), file.string());
+}
+
+core::Result<Auth> Auth::parse(std::string_view text, const std::string& origin) {
   Auth auth;
   auth.enabled_ = true;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    std::string_view l = trim(line);
+  int n = 0;
+  while (!text.empty()) {
+    ++n;
+    const size_t eol = text.find('\n');
+    std::string_view l = trim(text.substr(0, eol));
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
     if (l.empty() || l.front() == '#') continue;
     const auto colon = l.find(':');
-    const std::string where = file.string() + ":" + std::to_string(n);
+    const std::string where = origin + ":" + std::to_string(n);
     if (colon == std::string_view::npos) return core::fail_field(where, "expected `role:token`");
     const std::string_view role = trim(l.substr(0, colon)), token = trim(l.substr(colon + 1));
     Role r = role == "read"     ? Role::kRead
@@ -57,9 +68,11 @@ core::Result<Auth> Auth::load(const std::filesystem::path& file) {
                                 : Role::kNone;
     if (r == Role::kNone) return core::fail_field(where, "unknown role (read, submit or admin)");
     if (token.size() < 16) return core::fail_field(where, "a token has at least 16 characters");
+    const bool printable = std::all_of(token.begin(), token.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+    if (!printable) return core::fail_field(where, "a token is printable ASCII without spaces");
     auth.tokens_.push_back({r, digest_of(token)});
   }
-  if (auth.tokens_.empty()) return core::fail_field(file.string(), "the token file has no tokens");
+  if (auth.tokens_.empty()) return core::fail_field(origin, "the token file has no tokens");
   return auth;
 }
 

@@ -23,6 +23,8 @@ class Auth {
   Auth() = default;  // off: every request has every role
   // kBadRequest naming the line for a malformed file; kInternal when it cannot be read.
   static core::Result<Auth> load(const std::filesystem::path& file);
+  // The same for a token file's text; `origin` names it in errors (`origin:line`).
+  static core::Result<Auth> parse(std::string_view text, const std::string& origin);
 
   bool enabled() const { return enabled_; }
   size_t tokens() const { return tokens_.size(); }

@@ -3,6 +3,8 @@
 #include <hiredis/hiredis.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <iostream>
 #include <random>
 
@@ -50,39 +52,65 @@ struct RedisTier::Reply {
 
 Result<RedisUrl> RedisUrl::parse(std::string_view url) {
   RedisUrl u;
+  auto bad = [](const std::string& why) { return fail(ErrorKind::kBadRequest, "--redis: " + why); };
   if (url.starts_with("rediss://"))
-    return fail(ErrorKind::kBadRequest, "--redis: TLS (rediss://) needs hiredis 1.x; this build has hiredis 0.14 — "
-                                        "reach a TLS Redis through a local TLS tunnel (stunnel) instead");
-  if (!url.starts_with("redis://")) return fail(ErrorKind::kBadRequest, "--redis wants redis://[:password@]host[:port][/db]");
-  std::string rest(url.substr(8));
-  if (auto at = rest.rfind('@'); at != std::string::npos) {
-    std::string auth = rest.substr(0, at);
+    return bad("TLS (rediss://) needs hiredis 1.x; this build has hiredis 0.14 — reach a TLS Redis through a local "
+               "TLS tunnel (stunnel) instead");
+  if (!url.starts_with("redis://")) return bad("wants redis://[:password@]host[:port][/db]");
+  std::string_view rest = url.substr(8);
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {  // the password may hold '@'
+    const std::string_view auth = rest.substr(0, at);
+    const size_t colon = auth.find(':');
+    u.password = std::string(colon == std::string_view::npos ? auth : auth.substr(colon + 1));
     rest = rest.substr(at + 1);
-    auto colon = auth.find(':');
-    u.password = colon == std::string::npos ? auth : auth.substr(colon + 1);
   }
-  if (auto slash = rest.find('/'); slash != std::string::npos) {
-    std::string db = rest.substr(slash + 1);
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
     rest = rest.substr(0, slash);
     if (!db.empty()) {
-      if (db.find_first_not_of("0123456789") != std::string::npos || db.size() > 4)
-        return fail(ErrorKind::kBadRequest, "--redis: the database is a number (redis://host:port/0)");
-      u.db = std::stoi(db);
+      if (db.size() > 4 || db.find_first_not_of("0123456789") != std::string_view::npos)
+        return bad("the database is a number (redis://host:port/0)");
+      u.db = std::stoi(std::string(db));
     }
   }
-  if (auto colon = rest.rfind(':'); colon != std::string::npos && rest.find(']') == std::string::npos) {
-    std::string port = rest.substr(colon + 1);
-    rest = rest.substr(0, colon);
-    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos || std::stoi(port) > 65535)
-      return fail(ErrorKind::kBadRequest, "--redis: the port is a number from 1 to 65535");
-    u.port = std::stoi(port);
+  std::string_view host = rest, port;
+  bool has_port = false;
+  if (rest.starts_with('[')) {  // an IPv6 address: [::1]:6379
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return bad("an IPv6 address ends with ]");
+    host = rest.substr(1, close - 1);
+    const std::string_view after = rest.substr(close + 1);
+    if (!after.empty() && after.front() != ':') return bad("expected :port after the IPv6 address");
+    has_port = !after.empty();
+    if (has_port) port = after.substr(1);
+    if (host.find(':') == std::string_view::npos || host.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos)
+      return bad("an address in brackets is an IPv6 address: hex digits, : and .");
+  } else {
+    const size_t colon = rest.find(':');
+    if (colon != std::string_view::npos) {
+      if (rest.find(':', colon + 1) != std::string_view::npos) return bad("an IPv6 address goes in brackets: [::1]");
+      host = rest.substr(0, colon);
+      port = rest.substr(colon + 1);
+      has_port = true;
+    }
+    const bool name = std::all_of(host.begin(), host.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+    });
+    if (!name) return bad("the host is a name or an address (letters, digits, '.', '-', '_')");
   }
-  if (!rest.empty()) u.host = rest;
+  if (has_port) {
+    if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos ||
+        std::stoi(std::string(port)) < 1 || std::stoi(std::string(port)) > 65535)
+      return bad("the port is a number from 1 to 65535");
+    u.port = std::stoi(std::string(port));
+  }
+  if (!host.empty()) u.host = std::string(host);
   return u;
 }
 
 std::string RedisUrl::redacted() const {
-  return "redis://" + std::string(password.empty() ? "" : ":***@") + host + ":" + std::to_string(port) + "/" +
+  const std::string h = host.find(':') == std::string::npos ? host : "[" + host + "]";
+  return "redis://" + std::string(password.empty() ? "" : ":***@") + h + ":" + std::to_string(port) + "/" +
          std::to_string(db);
 }
 

@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target with clang (libFuzzer + ASan + UBSan) and runs it for a
-# bounded time from the seed corpus. Usage: tests/fuzz/run.sh SECONDS BUILD_DIR
-# Exits non-zero on a crash, a sanitizer report or a leak; the reproducer is left in
-# BUILD_DIR/fuzz/ (crash-*).
+# Builds the libFuzzer targets (tests/fuzz/CMakeLists.txt, with clang: libFuzzer + ASan +
+# UBSan) and runs each for a bounded time from its seed corpus, two at a time.
+#   tests/fuzz/run.sh build BUILD_DIR               configure and build every target
+#   tests/fuzz/run.sh run SECONDS BUILD_DIR TARGET  run one (request, http_head, headers,
+#                                                   archive, settings)
+# A run exits non-zero on a crash, a sanitizer report, a leak or a timeout; the reproducer
+# is left in BUILD_DIR/fuzz/<target>/ (crash-*, leak-*, timeout-*): add it to
+# tests/fuzz/corpus/<target>/ as a regression input once fixed. Each run prints libFuzzer's
+# final stats (executions, coverage).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SECONDS_TO_RUN=${1:-60}
-OUT=${2:-build}/fuzz
-CXX=${FUZZ_CXX:-$(command -v clang++-19 || command -v clang++)}
-mkdir -p "$OUT/corpus"
-cp tests/fuzz/corpus/* "$OUT/corpus/"
-SOURCES=(tests/fuzz/request_fuzz.cpp core/request.cpp core/tensor.cpp core/dtype.cpp core/backend.cpp core/abi.cpp core/hash.cpp core/toolchain.cpp core/cpu_target.cpp core/process.cpp core/fsutil.cpp)
-if [ ! -x "$OUT/request_fuzz" ] || [ -n "$(find "${SOURCES[@]}" core/*.hpp -newer "$OUT/request_fuzz")" ]; then
-  echo "fuzz: building with $CXX"
-  "$CXX" -std=c++2b -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \
-    "${SOURCES[@]}" -lcrypto -o "$OUT/request_fuzz"
-fi
-cd "$OUT"
-./request_fuzz -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -print_final_stats=1 corpus/
+case "${1:-}" in
+  build)
+    OUT=${2:-build}/fuzz
+    CXX=${FUZZ_CXX:-$(command -v clang++-19 || command -v clang++)}
+    cmake -S tests/fuzz -B "$OUT" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=None >/dev/null
+    cmake --build "$OUT" -j"$(nproc)"
+    ;;
+  run)
+    SECONDS_TO_RUN=$2
+    OUT=$3/fuzz
+    TARGET=$4
+    WORK="$OUT/$TARGET"
+    rm -rf "$WORK"
+    mkdir -p "$WORK/corpus"
+    cp tests/fuzz/corpus/"$TARGET"/* "$WORK/corpus/"
+    cd "$WORK"
+    # Stack traces with function names and lines.
+    for s in /usr/lib/llvm-19/bin/llvm-symbolizer "$(command -v llvm-symbolizer || true)"; do
+      if [ -x "$s" ]; then export ASAN_SYMBOLIZER_PATH=$s; break; fi
+    done
+    # The inputs found to add coverage go to corpus/ (a scratch copy); the seeds stay as committed.
+    exec "../${TARGET}_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix=./ corpus/
+    ;;
+  *)
+    echo "usage: tests/fuzz/run.sh build BUILD_DIR | run SECONDS BUILD_DIR TARGET" >&2
+    exit 2
+    ;;
+esac
