@@ -12,13 +12,13 @@ from .abi import Abi, Arg
 from .cache import ArtifactCache, default_cache_dir
 from .client import Client, kernel_request
 from .errors import (BadRequest, CompileError, ConnectionFailed, Forbidden, IntegrityError,
-                     KforgeError, NotFound, Unauthorized, Unavailable)
+                     KforgeError, NotFound, Stalled, Unauthorized, Unavailable)
 from .kernel import Kernel
 from .prefetch import Recorder, load_manifest
 
 __all__ = [
     "__version__", "Abi", "Arg", "ArtifactCache", "default_cache_dir", "Client",
     "kernel_request", "Kernel", "KforgeError", "BadRequest", "CompileError", "Unauthorized",
-    "Forbidden", "NotFound", "Unavailable", "ConnectionFailed", "IntegrityError",
+    "Forbidden", "NotFound", "Unavailable", "ConnectionFailed", "Stalled", "IntegrityError",
     "Recorder", "load_manifest",
 ]

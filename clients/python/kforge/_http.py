@@ -13,6 +13,12 @@ What is retried, and why:
 
 A fresh connection is opened per request: kforge requests are coarse (a compile,
 a file), and it keeps the transport thread-safe with no stale keep-alive sockets.
+
+Two timeouts: ``connect_timeout`` bounds opening the connection (refused is at once;
+a host that drops packets takes that long), ``timeout`` bounds each wait for bytes once
+connected. A server that took the connection and then sent nothing for ``timeout``
+seconds (hung, or stopped with SIGSTOP: the kernel still accepts for it) is
+:class:`~kforge.errors.Stalled`, a kind of ``ConnectionFailed``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import email.utils
 import http.client
 import json
 import random
+import socket
 import ssl
 import threading
 import time
@@ -29,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Mapping, MutableMapping, Optional
 
 from ._version import __version__
-from .errors import ConnectionFailed, KforgeError, Unavailable, error_from_problem
+from .errors import ConnectionFailed, KforgeError, Stalled, Unavailable, error_from_problem
 
 USER_AGENT = f"kforge-python/{__version__}"
 BACKOFF_BASE_S = 0.25
@@ -96,6 +103,14 @@ def retry_after_seconds(value: Optional[str]) -> Optional[float]:
     return max(0.0, when.timestamp() - time.time())
 
 
+class _Silent(OSError):
+    """The server was connected and sent nothing for ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"connected, then nothing for {seconds:g} s")
+        self.seconds = seconds
+
+
 def backoff_seconds(attempt: int) -> float:
     """Exponential backoff with jitter: half the step fixed, half random."""
     step = min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2.0 ** attempt)
@@ -106,11 +121,11 @@ class Transport:
     """Sends requests to one kforge server and applies the retry policy.
 
     ``stats`` is the client's counter dict; the transport adds ``requests`` and
-    ``retries`` to it.
+    ``retries`` to it. ``connect_timeout`` (None: ``timeout``) bounds opening a connection.
     """
 
     def __init__(self, url: str, *, token: Optional[str], timeout: float, retries: int,
-                 stats: MutableMapping[str, int]) -> None:
+                 stats: MutableMapping[str, int], connect_timeout: Optional[float] = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"kforge server URL must be http(s)://host[:port][/prefix], not {url!r}")
@@ -121,6 +136,7 @@ class Transport:
         self._prefix = parts.path.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.retries = retries
         self.stats = stats
         self._lock = threading.Lock()
@@ -155,15 +171,26 @@ class Transport:
                   headers: Mapping[str, str], timeout: float, stream: bool,
                   accepted: Iterable[int]) -> Response:
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=timeout)
+        connect = min(self.connect_timeout, timeout) if self.connect_timeout else timeout
+        conn = cls(self._host, self._port, timeout=connect)
         self.count("requests")
         try:
+            conn.connect()
+        except BaseException:
+            conn.close()
+            raise
+        try:
+            if conn.sock is not None:
+                conn.sock.settimeout(timeout)  # connected: from here on, the wait for each read
             conn.request(method, self._prefix + path, body=payload, headers=dict(headers))
             resp = conn.getresponse()
             hdrs = {k.lower(): v for k, v in resp.getheaders()}
             if stream and resp.status in accepted:
                 return Response(resp.status, hdrs, stream=resp, _conn=conn)
             body = resp.read()
+        except socket.timeout as e:
+            conn.close()
+            raise _Silent(timeout) from e
         except BaseException:
             conn.close()
             raise
@@ -180,6 +207,9 @@ class Transport:
             except ssl.SSLCertVerificationError as e:  # asking again will not fix a certificate
                 raise ConnectionFailed(f"{what}: {self.url}: {e}") from e
             except (OSError, http.client.HTTPException) as e:
+                if last and isinstance(e, _Silent):
+                    raise Stalled(f"{what}: {self.url} took the connection, then sent nothing for "
+                                  f"{e.seconds:g} s (after {n + 1} attempt(s)): hung or stopped") from e
                 if last:
                     raise ConnectionFailed(
                         f"{what}: no answer from {self.url} after {n + 1} attempt(s): "
@@ -199,8 +229,10 @@ class Transport:
             problem = problem_of(r.status, r.body)
             if r.status == 503:
                 retry_after = r.headers.get("retry-after")
-                raise Unavailable(
+                e503 = Unavailable(
                     f"{what}: still 503 after {n + 1} attempt(s): {problem.get('detail', '')}"
                     + (f" (Retry-After: {retry_after})" if retry_after else ""),
                     status=503, problem=problem)
+                e503.retry_after = retry_after_seconds(retry_after)
+                raise e503
             raise error_from_problem(r.status, problem)

@@ -4,18 +4,24 @@
 with the result. A stream that ends early is reopened, as a browser's
 EventSource does; when streaming does not work at all (a proxy that buffers,
 a dropped connection), ``GET /jobs/{id}`` is polled until the job ends.
+
+With a ``heartbeat`` window, the job is given up (:class:`~kforge.errors.Stalled`) as
+soon as its stream sends nothing for that long: the server sends a ``: keep-alive``
+comment every 15 s however long the build takes, so silence means a hung or stopped
+server, not a slow compile. The window must be longer than those 15 s.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional, TextIO, Tuple
 
 from ._http import Transport
-from .errors import ConnectionFailed
+from .errors import ConnectionFailed, Stalled
 
 FINISHED = ("done", "failed")
 STREAM_ATTEMPTS = 3
@@ -82,25 +88,29 @@ def sse_events(resp: http.client.HTTPResponse) -> Iterator[Tuple[str, str]]:
                 data.append(value)
 
 
-def follow(transport: Transport, job_id: str, progress: Progress) -> Dict[str, Any]:
+def follow(transport: Transport, job_id: str, progress: Progress,
+           heartbeat: Optional[float] = None) -> Dict[str, Any]:
     """Waits for job ``job_id`` to finish and returns it as ``GET /jobs/{id}`` shows it
-    (``state``, ``http_status``, ``result``)."""
+    (``state``, ``http_status``, ``result``). With ``heartbeat``, raises
+    :class:`~kforge.errors.Stalled` once the server sends nothing for that many seconds."""
     try:
         for _ in range(STREAM_ATTEMPTS):
-            job = _stream_once(transport, job_id, progress)
+            job = _stream_once(transport, job_id, progress, heartbeat)
             if job is not None:
                 return job
+    except Stalled:
+        raise
     except (OSError, http.client.HTTPException, ValueError, ConnectionFailed):
         pass  # streaming does not work from here: poll instead
-    return _poll(transport, job_id, progress)
+    return _poll(transport, job_id, progress, heartbeat)
 
 
-def _stream_once(transport: Transport, job_id: str,
-                 progress: Progress) -> Optional[Dict[str, Any]]:
+def _stream_once(transport: Transport, job_id: str, progress: Progress,
+                 heartbeat: Optional[float] = None) -> Optional[Dict[str, Any]]:
     """Reads one event stream; the finished job, or None if the stream ended before it."""
     r = transport.request("GET", f"/jobs/{job_id}/events", stream=True,
                           headers={"Accept": "text/event-stream"},
-                          timeout=max(transport.timeout, SSE_READ_TIMEOUT_S))
+                          timeout=heartbeat or max(transport.timeout, SSE_READ_TIMEOUT_S))
     assert r.stream is not None
     try:
         for event, data in sse_events(r.stream):
@@ -110,15 +120,21 @@ def _stream_once(transport: Transport, job_id: str,
             progress.update(job)
             if event == "end":
                 return job
+    except socket.timeout as e:
+        if heartbeat is None:
+            raise
+        raise Stalled(f"GET /jobs/{job_id}/events: nothing from {transport.url} for {heartbeat:g} s "
+                      "(no event, no keep-alive): the server is hung or stopped") from e
     finally:
         r.close()
     return None
 
 
-def _poll(transport: Transport, job_id: str, progress: Progress) -> Dict[str, Any]:
+def _poll(transport: Transport, job_id: str, progress: Progress,
+          heartbeat: Optional[float] = None) -> Dict[str, Any]:
     delay = POLL_FIRST_S
     while True:
-        job = transport.request("GET", f"/jobs/{job_id}").json()
+        job = transport.request("GET", f"/jobs/{job_id}", timeout=heartbeat).json()
         progress.update(job)
         if job.get("state") in FINISHED:
             return job

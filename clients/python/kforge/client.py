@@ -56,8 +56,12 @@ class Client:
     """A connection to one kforge server.
 
     ``url`` defaults to ``$KFORGE_URL`` and ``token`` (sent as ``Authorization:
-    Bearer``) to ``$KFORGE_TOKEN``. ``timeout`` is per request, in seconds;
-    ``retries`` is how often a 503 or a failed connection is tried again.
+    Bearer``) to ``$KFORGE_TOKEN``. ``timeout`` is per request, in seconds (the
+    longest wait for the server's next bytes); ``connect_timeout`` (default:
+    ``timeout``) bounds opening a connection; ``retries`` is how often a 503 or a
+    failed connection is tried again. ``heartbeat``: a followed job whose event
+    stream sends nothing (no event, no keep-alive) for that many seconds is given up
+    as :class:`~kforge.errors.Stalled` (None: reopened, then polled).
     ``cache_dir`` is the local file cache (default: see
     :func:`kforge.cache.default_cache_dir`). ``stats`` counts requests, retries,
     downloads and local cache hits. ``record`` (default ``$KFORGE_RECORD``) is a
@@ -68,7 +72,8 @@ class Client:
     def __init__(self, url: Optional[str] = None, token: Optional[str] = None,
                  timeout: float = 60.0, retries: int = 5,
                  cache_dir: Union[str, "os.PathLike[str]", None] = None,
-                 record: Optional[PathLike] = None) -> None:
+                 record: Optional[PathLike] = None, connect_timeout: Optional[float] = None,
+                 heartbeat: Optional[float] = None) -> None:
         url = url or os.environ.get("KFORGE_URL")
         if not url:
             raise ValueError("no kforge server: pass url or set KFORGE_URL")
@@ -76,7 +81,8 @@ class Client:
             token = os.environ.get("KFORGE_TOKEN") or None
         self.stats: Dict[str, int] = dict.fromkeys(STATS, 0)
         self._http = Transport(url, token=token, timeout=timeout, retries=retries,
-                               stats=self.stats)
+                               stats=self.stats, connect_timeout=connect_timeout)
+        self.heartbeat = heartbeat
         self.cache = ArtifactCache(cache_dir, count=self._http.count)
         record = record or os.environ.get("KFORGE_RECORD") or None
         self.recorder = Recorder(record) if record else None
@@ -238,7 +244,7 @@ class Client:
         """Waits until job ``job_id`` ends (events, else polling); returns it with its result."""
         p = Progress(progress)
         try:
-            return follow(self._http, job_id, p)
+            return follow(self._http, job_id, p, self.heartbeat)
         finally:
             p.close()
 
@@ -254,9 +260,9 @@ class Client:
         """Each backend's compiler, accepted archs and what ``native`` is (``GET /toolchains``)."""
         return self._http.request("GET", "/toolchains").json()
 
-    def health(self) -> Dict[str, Any]:
-        """``GET /healthz``: status, version, uptime."""
-        return self._http.request("GET", "/healthz").json()
+    def health(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        """``GET /healthz``: status, version, uptime (``timeout``: this request's own)."""
+        return self._http.request("GET", "/healthz", timeout=timeout).json()
 
     # --- for Kernel -------------------------------------------------------------------
 

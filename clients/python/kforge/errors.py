@@ -85,11 +85,22 @@ class NotFound(KforgeError):
 
 
 class Unavailable(KforgeError):
-    """503 still, after every retry: the server's build queue stayed full."""
+    """503 still, after every retry: the server's build queue stayed full.
+
+    ``retry_after`` is the server's last ``Retry-After`` in seconds (None if it sent none).
+    """
+
+    retry_after: Optional[float] = None
 
 
 class ConnectionFailed(KforgeError):
     """No answer at all (refused, reset, timed out), after every retry."""
+
+
+class Stalled(ConnectionFailed):
+    """The server took the connection (or had a job under way) and then sent nothing, not
+    even a keep-alive, for longer than the client's timeout or heartbeat window: it is hung,
+    stopped (``SIGSTOP``) or cut off."""
 
 
 class IntegrityError(KforgeError):
