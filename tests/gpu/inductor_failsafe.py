@@ -117,11 +117,19 @@ class Server:
 
     def __init__(self, kforge, cutlass, port, work, tag):
         cache = tempfile.mkdtemp(prefix=f"cache-{tag}-", dir=work)
+        # As root, kforge's compilers run as nobody, who must reach the cache (mkdtemp: 0700).
+        for d in (work, cache):
+            os.chmod(d, 0o755)
         self.proc = subprocess.Popen(
             [kforge, "serve", "--port", str(port), "--cache-dir", cache, "--library", "cutlass=" + cutlass,
              "--compile-jobs", str(os.cpu_count())],
             stdout=subprocess.PIPE, stderr=open(os.path.join(work, f"server-{tag}.log"), "w"), text=True)
-        self.url = self.proc.stdout.readline().split()[-1]
+        line = self.proc.stdout.readline().split()
+        if not line:
+            self.proc.wait()
+            log = open(os.path.join(work, f"server-{tag}.log")).read()[-3000:]
+            raise RuntimeError(f"kforge serve exited {self.proc.returncode} before listening:\n{log}")
+        self.url = line[-1]
         self.stopped = False
 
     def jobs(self):
