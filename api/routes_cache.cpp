@@ -1,5 +1,5 @@
 // Cache routes (issue 16): GET /cache/export streams an archive of the cache, POST
-// /cache/import publishes one (core/cache_archive.hpp has the format). Both admin-only.
+// /cache/import publishes one (core/storage/archive.hpp has the format). Both admin-only.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 
 #include "api/http_util.hpp"
 #include "api/server.hpp"
-#include "core/cache_archive.hpp"
+#include "core/storage/archive.hpp"
 #include "core/utf8.hpp"
 
 namespace kforge::api {
@@ -27,7 +27,7 @@ void Server::cache_routes() {
   // ?since=T&match=FIELD=GLOB... (repeatable): the same filters as `kforge cache export`.
   route("GET", "/cache/export", "/cache/export", Role::kAdmin,
         [this](const httplib::Request& req, httplib::Response& res) {
-          core::ExportOptions opts;
+          core::storage::ExportOptions opts;
           opts.kforge_version = KFORGE_VERSION;
           for (const auto& [name, value] : req.params) {
             if (name != "since" && name != "match") {
@@ -37,19 +37,19 @@ void Server::cache_routes() {
             }
           }
           if (req.has_param("since")) {
-            auto since = core::parse_since(req.get_param_value("since"), "/since");
+            auto since = core::storage::parse_since(req.get_param_value("since"), "/since");
             if (!since) return send_error(res, since.error());
             opts.since = *since;
           }
           for (size_t i = 0, n = req.get_param_value_count("match"); i < n; ++i) {
-            auto m = core::parse_match(req.get_param_value("match", i), "/match/" + std::to_string(i));
+            auto m = core::storage::parse_match(req.get_param_value("match", i), "/match/" + std::to_string(i));
             if (!m) return send_error(res, m.error());
             opts.matches.push_back(*m);
           }
           const auto t0 = std::chrono::steady_clock::now();
-          auto snap = core::ExportSnapshot::take(svc_.store, opts);
+          auto snap = core::storage::ExportSnapshot::take(svc_.store, opts);
           if (!snap) return send_error(res, snap.error());
-          std::shared_ptr<const core::ExportSnapshot> shared = std::move(*snap);
+          std::shared_ptr<const core::storage::ExportSnapshot> shared = std::move(*snap);
           char date[32];
           const std::time_t now = std::time(nullptr);
           std::strftime(date, sizeof date, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
@@ -117,7 +117,7 @@ void Server::cache_routes() {
                  if (got > limit) return too_large();
                  if (write_errno) return send_error(res, core::Error::make(core::ErrorKind::kInternal, "cannot stage the archive: " + std::string(std::strerror(write_errno))));
                  if (!read) return send_problem(res, problem_json(400, "the archive's upload was cut short", "/"));
-                 auto report = core::import_archive(svc_.store, file);
+                 auto report = core::storage::import_archive(svc_.store, file);
                  nlohmann::json line = {{"event", "import"}, {"archive_bytes", got}, {"seconds", seconds_since(t0)}};
                  if (!report) {
                    line["error"] = report.error().message;

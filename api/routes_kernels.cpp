@@ -111,7 +111,7 @@ core::JobQueue::Work Server::build_work(core::BuildPlan plan, nlohmann::json ben
       return;
     }
     const std::string key = built->manifest["key"];
-    core::DiskStore::Pin pin(svc_.store, key);  // not evicted while we answer with it
+    core::storage::DiskTier::Pin pin(svc_.store, key);  // not evicted while we answer with it
     metrics_.cache_outcome(built->cache);
     if (built->cache == "miss") {
       metrics_.compile(backend, built->manifest["compile"].value("seconds", 0.0), key);
@@ -435,7 +435,7 @@ void Server::kernel_routes() {
         [this](const httplib::Request& req, httplib::Response& res) {
           std::string key;
           if (!valid_key(req, res, key)) return;
-          auto m = svc_.builder.find(key);  // in a cluster, another instance may have built it
+          auto m = svc_.builder.storage().find(key);  // in a cluster, another instance may have built it
           if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
           nlohmann::json j = kernel_view(*m);
           j["inputs"] = m->value("inputs", nlohmann::json(nullptr));  // what its key was made of
@@ -445,17 +445,9 @@ void Server::kernel_routes() {
           j["hits"] = {{"count", hits ? hits->hits : 0},
                        {"last_at", hits ? nlohmann::json(hits->last_at) : nlohmann::json(nullptr)}};
           // What was measured since: each device's benchmark, and the autotune it was part of.
-          const auto dir = svc_.store.entry_dir(key);
-          j["benchmarks"] = nlohmann::json::object();
-          std::error_code ec;
-          for (const auto& f : std::filesystem::directory_iterator(dir / "bench", ec)) {
-            auto text = core::read_file(f.path());
-            auto b = nlohmann::json::parse(text ? *text : "", nullptr, false);
-            if (b.is_object()) j["benchmarks"][f.path().stem().string()] = b;
-          }
-          auto tuned = core::read_file(dir / "autotune.json");
-          auto a = nlohmann::json::parse(tuned ? *tuned : "", nullptr, false);
-          j["autotune"] = a.is_object() ? a : nlohmann::json(nullptr);
+          j["benchmarks"] = svc_.store.bench_results(key);
+          auto tuned = svc_.store.ranking(key);
+          j["autotune"] = tuned ? *tuned : nlohmann::json(nullptr);
           send_json(res, j);
         });
 
@@ -466,12 +458,12 @@ void Server::kernel_routes() {
           std::string key;
           if (!valid_key(req, res, key)) return;
           const std::string what = req.matches[2];
-          core::DiskStore::Pin pin(svc_.store, key);  // not evicted while it is served
+          core::storage::DiskTier::Pin pin(svc_.store, key);  // not evicted while it is served
           // The memo's manifest when there is one (the file served is checked below, and
           // that is all that is read); else the entry is looked up and verified: in a
           // cluster, copied in from the shared tier if another instance built it.
           auto m = svc_.store.memo_manifest(key);
-          if (!m) m = svc_.builder.find(key);
+          if (!m) m = svc_.builder.storage().find(key);
           if (!m && svc_.store.discarded(key)) {
             return send_problem(
                 res,
@@ -576,7 +568,7 @@ void Server::kernel_routes() {
                               {"backend", core::backend_name(prepared.req.backend)},
                               {"archs", prepared.archs},
                               {"inputs", core::key_inputs(prepared, kernel)}};
-          if (auto m = svc_.builder.find(kernel.answer_key())) {
+          if (auto m = svc_.builder.storage().find(kernel.answer_key())) {
             j["cache"] = m->value("status", "") == "failed" ? "hit (a cached compile error)" : "hit";
             j["nearest"] = {{"key", (*m)["key"]},
                             {"kernel_name", m->value("kernel_name", "")},
@@ -595,7 +587,7 @@ void Server::kernel_routes() {
         [this](const httplib::Request& req, httplib::Response& res) {
           std::string key;
           if (!valid_key(req, res, key)) return;
-          auto m = svc_.builder.find(key);
+          auto m = svc_.builder.storage().find(key);
           if (!m) return send_problem(res, problem_json(404, "no kernel with key " + key));
           send_json(res, core::explain_entry(svc_.store, *m));
         });

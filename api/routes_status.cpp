@@ -23,19 +23,21 @@ const char* content_type(std::string_view url) {
 }
 
 // The shared tier's series (only with --redis).
-std::string shared_tier_metrics(const core::RedisTier& remote) {
-  const core::RemoteCounters c = remote.counters();
+std::string shared_tier_metrics(const ClusterServices& cluster) {
+  const core::storage::RedisTierCounters c = cluster.shared->counters();
+  const core::storage::Redis& redis = cluster.shared->redis();
   std::string out =
       "# HELP kforge_shared_tier_up Whether the shared tier (Redis) answered last time it was asked.\n"
-      "# TYPE kforge_shared_tier_up gauge\nkforge_shared_tier_up " + std::to_string(remote.up() ? 1 : 0) + "\n"
+      "# TYPE kforge_shared_tier_up gauge\nkforge_shared_tier_up " + std::to_string(redis.up() ? 1 : 0) + "\n"
       "# HELP kforge_shared_tier_total Shared-tier events: hit (entry copied in), miss, put (entry shared), "
       "error (a failed connection or command), corrupt (a blob that failed its hash: deleted), too_big, "
       "lease_wait (a build waited for another instance), lease_takeover (then built it itself).\n"
       "# TYPE kforge_shared_tier_total counter\n";
   const std::pair<const char*, uint64_t> series[] = {
-      {"hit", c.hits},       {"miss", c.misses},          {"put", c.puts},
-      {"error", c.errors},   {"corrupt", c.corrupt},      {"too_big", c.too_big},
-      {"lease_wait", c.lease_waits}, {"lease_takeover", c.lease_takeovers}};
+      {"hit", c.hits},         {"miss", c.misses},        {"put", c.puts},
+      {"error", redis.errors()}, {"corrupt", c.corrupt},  {"too_big", c.too_big},
+      {"lease_wait", cluster.leases ? cluster.leases->waits() : 0},
+      {"lease_takeover", cluster.leases ? cluster.leases->takeovers() : 0}};
   for (const auto& [name, v] : series)
     out += "kforge_shared_tier_total{event=\"" + std::string(name) + "\"} " + std::to_string(v) + "\n";
   return out;
@@ -53,6 +55,18 @@ nlohmann::json Server::instance_status() const {
           {"queue", {{"depth", jobs_.depth()}, {"max", jobs_.max_queue()}, {"workers", jobs_.workers()}, {"busy", jobs_.busy()}}},
           {"cache", cache},
           {"compiler_runs", svc_.builder.compiler_runs()}};
+}
+
+nlohmann::json Server::cluster_json() const {
+  if (!svc_.cluster.shared) return nullptr;
+  nlohmann::json shared = svc_.cluster.shared->to_json();
+  shared["instance"] = config_.instance;
+  if (svc_.cluster.leases) {
+    shared["counters"]["lease_waits"] = svc_.cluster.leases->waits();
+    shared["counters"]["lease_takeovers"] = svc_.cluster.leases->takeovers();
+  }
+  return {{"shared_tier", shared},
+          {"instances", svc_.cluster.registry ? svc_.cluster.registry->instances() : nlohmann::json::array()}};
 }
 
 void Server::status_routes() {
@@ -94,10 +108,7 @@ void Server::status_routes() {
                {"tls", tls()},
                {"backends", toolchains_json()},
                {"instance", instance_status()},
-               {"cluster", svc_.builder.remote()
-                               ? nlohmann::json{{"shared_tier", svc_.builder.remote()->to_json()},
-                                                {"instances", svc_.builder.remote()->instances()}}
-                               : nlohmann::json(nullptr)},
+               {"cluster", cluster_json()},
                {"cache", cache},
                {"queue",
                 {{"depth", jobs_.depth()},
@@ -127,10 +138,10 @@ void Server::status_routes() {
           const bool ready = writable && compiler && room;
           // A down shared tier degrades (local tier and local compiles) but does not stop
           // this instance: it stays ready.
-          core::RedisTier* remote = svc_.builder.remote();
-          const bool shared_up = !remote || remote->probe();
+          core::storage::RedisTier* shared = svc_.cluster.shared;
+          const bool shared_up = !shared || shared->redis().probe();
           nlohmann::json checks = {{"cache_writable", writable}, {"a_compiler", compiler}, {"queue_room", room}};
-          if (remote) checks["shared_tier"] = shared_up;
+          if (shared) checks["shared_tier"] = shared_up;
           send_json(
               res,
               {{"ready", ready},
@@ -154,7 +165,7 @@ void Server::status_routes() {
           g.benchmark_runs = svc_.bencher.runs();
           g.sandbox_failures = svc_.sandbox.failures();
           std::string text = metrics_.render(g, hits_);
-          if (core::RedisTier* remote = svc_.builder.remote()) text += shared_tier_metrics(*remote);
+          if (svc_.cluster.shared) text += shared_tier_metrics(svc_.cluster);
           if (front_) {  // the event front (plain HTTP): where requests were answered
             const auto c = front_->counts();
             auto counter = [&](const char* name, const char* help, uint64_t v) {

@@ -34,7 +34,8 @@
 #include "core/sharded_map.hpp"
 #include "core/request.hpp"
 #include "core/sandbox.hpp"
-#include "core/store.hpp"
+#include "core/cluster/registry.hpp"
+#include "core/storage/redis_tier.hpp"
 #include "core/toolchain.hpp"
 
 namespace httplib {
@@ -82,14 +83,22 @@ struct ServerConfig {
   std::string accel_redirect;
 };
 
+// In a cluster (--redis): the shared tier, build leases and the instance registry.
+struct ClusterServices {
+  core::storage::RedisTier* shared = nullptr;
+  core::cluster::Leases* leases = nullptr;
+  core::cluster::Registry* registry = nullptr;
+};
+
 // What the server is wired to (built by main).
 struct Services {
   core::Builder& builder;
-  core::DiskStore& store;
+  core::storage::DiskTier& store;  // the local tier (the builder's storage reaches every tier)
   const core::Toolchains& toolchains;
   core::Bencher& bencher;
   const core::Sandbox& sandbox;
   const Auth& auth;
+  ClusterServices cluster = {};
 };
 
 // A client's X-Request-Id when it is short and plain; else a fresh one.
@@ -118,6 +127,8 @@ class Server : private FrontHandler {
 
   // This instance as the cluster registry shows it: id, version, queue, cache outcomes.
   nlohmann::json instance_status() const;
+  // /status's cluster: the shared tier and every registered instance (null: no cluster).
+  nlohmann::json cluster_json() const;
   void set_advertise_url(std::string url) { config_.advertise_url = std::move(url); }
 
   // (method, OpenAPI path) of every registered route.

@@ -32,7 +32,7 @@ std::string shape_of(const TemplateSpec& t) {
 
 }  // namespace
 
-Autotuner::Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, Compile compile, Log log)
+Autotuner::Autotuner(Builder& builder, Bencher& bencher, storage::DiskTier& store, Compile compile, Log log)
     : builder_(builder), bencher_(bencher), store_(store), compile_(std::move(compile)), log_(std::move(log)) {
   if (!compile_) compile_ = [this](const KernelRequest& r) { return builder_.build(r); };
 }
@@ -65,29 +65,16 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   // The autotune key: the request without its parameters, the choices, the device. An asked
   // vendor is keyed by how it is timed: with each choice (a ranking stored when it was timed
   // once, with the first choice, answers no longer; one without the vendor still does).
-  json canon = {{"format", DiskStore::kFormat}, {"kind", "autotune"}, {"identity", prepared->toolchain->identity},
+  json canon = {{"format", storage::DiskTier::kFormat}, {"kind", "autotune"}, {"identity", prepared->toolchain->identity},
                 {"request", prepared->req.canonical(prepared->archs)}, {"choices", choices}, {"device", device},
                 {"verify", opts.verify}, {"vendor", opts.vendor ? json("with each choice") : json(false)}};
   canon["request"]["template"].erase("params");
   const std::string akey = sha256_hex(canon.dump());
-  const fs::path cached = store_.root() / "v1" / "autotune" / akey.substr(0, 2) / (akey + ".json");
+  // Measured before, here or by another instance of the cluster on the same kind of device.
   if (!opts.force) {
-    if (auto text = read_file(cached)) {
-      json j = json::parse(*text, nullptr, false);
-      if (!j.is_discarded()) {
-        j["cache"] = "hit";
-        return j;
-      }
-    }
-    // Another instance of the cluster, on the same kind of device, measured it.
-    if (RedisTier* remote = builder_.remote()) {
-      if (auto j = remote->get_autotune(akey)) {
-        std::error_code ec;
-        fs::create_directories(cached.parent_path(), ec);
-        (void)write_file_atomic(cached, j->dump(2));
-        (*j)["cache"] = "hit";
-        return *j;
-      }
+    if (auto j = builder_.storage().find_autotune(akey)) {
+      (*j)["cache"] = "hit";
+      return *j;
     }
   }
 
@@ -143,7 +130,7 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   RemoveOnExit remove_ref{*ref_dir};
   // Every kernel benchmarked here stays in the cache until the ranking is done (eviction
   // after another build would otherwise take it from under its benchmark).
-  std::deque<DiskStore::Pin> pins;
+  std::deque<storage::DiskTier::Pin> pins;
   for (const auto& o : outcomes) {
     if (o.manifest) pins.emplace_back(store_, (*o.manifest)["key"].get<std::string>());
   }
@@ -241,13 +228,10 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
     log_(l.str());
   }
   if (out["winner"].is_object()) {
-    std::error_code ec;
-    fs::create_directories(cached.parent_path(), ec);
-    (void)write_file_atomic(cached, out.dump(2));
-    if (RedisTier* remote = builder_.remote()) remote->put_autotune(akey, out);
+    builder_.storage().remember_autotune(akey, out);
     // Each timed choice keeps the ranking it took part in, for its page on the status page.
     for (const auto& e : ranked) {
-      if (e.contains("key")) (void)write_file_atomic(store_.entry_dir(e["key"]) / "autotune.json", out.dump(2));
+      if (e.contains("key")) (void)store_.put_ranking(e["key"], out);
     }
   }
   return out;

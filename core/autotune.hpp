@@ -25,7 +25,7 @@ class Autotuner {
   // Builds one choice (blocking); the service routes it through its job queue, so the
   // compiles are bounded and shared with identical requests. Empty: builder.build().
   using Compile = std::function<Result<BuildResult>(const KernelRequest&)>;
-  Autotuner(Builder& builder, Bencher& bencher, DiskStore& store, Compile compile, Log log);
+  Autotuner(Builder& builder, Bencher& bencher, storage::DiskTier& store, Compile compile, Log log);
 
   // `choices` is "default" or an array of params objects; `body` is the request's JSON
   // (for the error pointers of each choice).
@@ -36,7 +36,7 @@ class Autotuner {
  private:
   Builder& builder_;
   Bencher& bencher_;
-  DiskStore& store_;
+  storage::DiskTier& store_;
   Compile compile_;
   Log log_;
 };

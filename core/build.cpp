@@ -36,48 +36,8 @@ std::string shell_quote_for_log(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-std::string_view key_source_text(std::string_view s) {
-  size_t b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return {};
-  size_t e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-std::string kernel_key(const KeyInputs& in) {
-  nlohmann::json argv = nlohmann::json::array();
-  for (const auto& step : in.steps) {
-    std::vector<std::string> a = step.argv;
-    a[0] = fs::path(a[0]).filename().string();  // the identity covers the real path
-    for (auto& arg : a) {  // a library is its identity, wherever this host keeps it
-      for (const auto& inc : in.includes) {
-        if (arg == "-I" + inc.dir.string()) arg = "-I" + inc.spelling;
-      }
-    }
-    argv.push_back(a);
-  }
-  nlohmann::json canon = {
-      {"format", DiskStore::kFormat},
-      {"backend", backend_name(in.backend)},
-      {"archs", in.archs},
-      {"compiler",
-       {{"realpath", in.toolchain->compiler.string()},
-        {"version_sha256", sha256_hex(in.toolchain->version_text)}}},
-      {"argv", argv},
-      {"source", key_source_text(in.source)},
-  };
-  return sha256_hex(canon.dump());
-}
-
-std::string export_key(const std::string& key, const std::string& name) {
-  return sha256_hex(nlohmann::json{{"format", DiskStore::kFormat}, {"export_of", key}, {"name", name}}.dump());
-}
-
-std::string kernel_symbol(Backend backend, std::string_view family, const std::string& key) {
-  return std::string(backend_name(backend)) + "_" + std::string(family) + "_" + key.substr(0, 12);
-}
-
-Builder::Builder(const Toolchains& toolchains, DiskStore& store, BuildConfig config, Spawner spawn)
-    : toolchains_(toolchains), store_(store), config_(config), spawn_(std::move(spawn)) {}
+Builder::Builder(const Toolchains& toolchains, storage::Storage& storage, BuildConfig config, Spawner spawn)
+    : toolchains_(toolchains), storage_(storage), config_(config), spawn_(std::move(spawn)) {}
 
 Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
   PreparedRequest p;
@@ -137,7 +97,7 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
   // names a changed library is a new request (the memo never answers with a stale kernel).
   nlohmann::json libraries = nlohmann::json::array();
   for (const auto& inc : p.includes) libraries.push_back(inc.spelling);
-  nlohmann::json rcanon = {{"format", DiskStore::kFormat},
+  nlohmann::json rcanon = {{"format", storage::DiskTier::kFormat},
                            {"identity", tc.identity},
                            {"libraries", libraries},
                            {"request", p.req.canonical(p.archs)}};
@@ -146,13 +106,6 @@ Result<PreparedRequest> Builder::prepare(const KernelRequest& req) const {
   if (p.req.tmpl) rcanon["renderer"] = KFORGE_RENDERER_DIGEST;
   p.request_key = sha256_hex(rcanon.dump());
   return p;
-}
-
-Result<void> PreparedRequest::check_runnable() const {
-  if (req.backend != Backend::kCpu || !toolchain) return {};
-  if (auto why = toolchain->cpu_cannot_run(archs.front()); !why.empty())
-    return fail_field("/arch", why + "; compile it without `benchmark`, or benchmark it on a host that has them");
-  return {};
 }
 
 Result<RenderedKernel> Builder::render(const PreparedRequest& p) const {
@@ -211,7 +164,7 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
 
   auto answer = [&](std::shared_ptr<const nlohmann::json> manifest) -> Result<BuildPlan> {
     BuildResult hit{*manifest, "hit", plan.phases_ms, manifest};
-    store_.touch(hit.manifest["key"]);
+    storage_.local().touch(hit.manifest["key"]);
     hits_++;
     if (hit.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(hit));
     plan.hit = std::move(hit);
@@ -219,8 +172,8 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   };
   // The request key: a repeated request is answered without rendering.
   t = Clock::now();
-  if (auto key = find_request(plan.prepared.request_key)) {
-    if (auto m = find(*key)) {
+  if (auto key = storage_.find_request(plan.prepared.request_key)) {
+    if (auto m = storage_.find(*key)) {
       plan.phases_ms["lookup"] = ms_since(t);
       return answer(std::move(m));
     }
@@ -232,13 +185,13 @@ Result<BuildPlan> Builder::plan(const KernelRequest& req) {
   plan.kernel = std::move(*kernel);
   plan.phases_ms["render"] = ms_since(t);
   const RenderedKernel& k = *plan.kernel;
-  if (auto m = find(k.answer_key())) {
-    if (auto r = remember_request(plan.prepared.request_key, k.answer_key()); !r)
+  if (auto m = storage_.find(k.answer_key())) {
+    if (auto r = storage_.remember_request(plan.prepared.request_key, k.answer_key()); !r)
       return std::unexpected(r.error());
     return answer(std::move(m));
   }
   if (!k.export_name.empty()) {  // the same source failed under another name
-    if (auto m = find(k.key); m && m->value("status", "") == "failed") return answer(std::move(m));
+    if (auto m = storage_.find(k.key); m && m->value("status", "") == "failed") return answer(std::move(m));
   }
   return plan;
 }
@@ -248,7 +201,7 @@ void Builder::explain(BuildPlan& plan) {
   const auto t = Clock::now();
   const PreparedRequest& p = plan.prepared;
   const RenderedKernel& k = *plan.kernel;
-  plan.why = explain_miss(store_, {k.key, kernel_family(p, k), key_inputs(p, k), k.source,
+  plan.why = explain_miss(storage_.local(), {k.key, kernel_family(p, k), key_inputs(p, k), k.source,
                                    "source." + std::string(source_extension(p.req.backend))});
   plan.phases_ms["explain"] = ms_since(t);
 }
@@ -259,14 +212,14 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   const RenderedKernel& k = *plan.kernel;
   BuildResult out{nullptr, "miss", plan.phases_ms, nullptr};
   // Another process sharing the cache may have built it since the plan was made.
-  if (auto m = find(k.answer_key())) {
+  if (auto m = storage_.find(k.answer_key())) {
     out.manifest = std::move(*m);
     out.cache = "hit";
   } else {
     nlohmann::json base;
     bool compiled = false;
     bool joined = false;
-    if (auto m = find(k.key)) {
+    if (auto m = storage_.find(k.key)) {
       base = std::move(*m);
     } else {
       auto built = compile_once(plan.prepared, k, out.phases_ms, joined);
@@ -289,7 +242,7 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   }
   (out.cache == "miss" ? misses_ : hits_)++;
   if (out.manifest.value("status", "") == "failed") return std::unexpected(cached_failure(out));
-  if (auto r = remember_request(plan.prepared.request_key, out.manifest["key"].get<std::string>()); !r)
+  if (auto r = storage_.remember_request(plan.prepared.request_key, out.manifest["key"].get<std::string>()); !r)
     return std::unexpected(r.error());
   double total = ms_since(t0);
   for (const char* p : {"validate", "lookup", "render"}) total += plan.phases_ms.value(p, 0.0);
@@ -297,85 +250,30 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
   return out;
 }
 
-std::shared_ptr<const nlohmann::json> Builder::find(const std::string& key, bool polling) {
-  if (auto m = store_.lookup(key)) return m;
-  if (!remote_) return nullptr;
-  auto fetched = remote_->fetch(key, store_, polling);
-  return fetched ? std::make_shared<const nlohmann::json>(std::move(*fetched)) : nullptr;
-}
-
 std::shared_ptr<const nlohmann::json> Builder::find_answer(const std::string& request_key, bool local_only) {
-  auto key = local_only ? store_.lookup_request(request_key) : find_request(request_key);
+  auto key = storage_.find_request(request_key, local_only);
   if (!key) return nullptr;
-  auto m = local_only ? store_.lookup(*key) : find(*key);
+  auto m = local_only ? storage_.local().lookup(*key) : storage_.find(*key);
   if (!m || m->value("status", "") != "ok") return nullptr;
-  store_.touch(*key);
+  storage_.local().touch(*key);
   hits_++;
   return m;
-}
-
-std::optional<std::string> Builder::find_request(const std::string& rkey) {
-  if (auto key = store_.lookup_request(rkey)) return key;
-  if (!remote_) return std::nullopt;
-  auto key = remote_->get_request(rkey);
-  if (key) (void)store_.put_request(rkey, *key);
-  return key;
-}
-
-Result<void> Builder::remember_request(const std::string& rkey, const std::string& key) {
-  if (remote_) remote_->put_request(rkey, key);
-  return store_.put_request(rkey, key);
-}
-
-Result<nlohmann::json> Builder::shared(Result<nlohmann::json> published) {
-  if (published && remote_) remote_->share(*published, store_);
-  return published;
 }
 
 Result<nlohmann::json> Builder::compile_once(const PreparedRequest& prepared, const RenderedKernel& kernel,
                                              nlohmann::json& phases, bool& joined) {
   joined = false;
-  if (!remote_) return compile(prepared, kernel, phases);
+  if (!leases_) return compile(prepared, kernel, phases);
   // Single flight across the cluster: the lease holder compiles; the others wait for its
-  // manifest. A holder that dies stops renewing, its lease expires, and a waiter takes over.
-  const auto ttl = config_.lease_ttl;
-  bool waited = false;
-  while (!remote_->acquire(kernel.key, ttl)) {
-    if (!waited) remote_->count_lease_wait();
-    waited = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (auto m = find(kernel.key, /*polling=*/true)) {
-      joined = true;
-      return *m;
-    }
-  }
-  if (waited) remote_->count_lease_takeover();
-  struct Holder {  // renews the lease while the compiler runs; releases it after
-    RedisTier& remote;
-    const std::string& key;
-    std::chrono::milliseconds ttl;
-    std::jthread renewer;
-    Holder(RedisTier& r, const std::string& k, std::chrono::milliseconds t)
-        : remote(r), key(k), ttl(t), renewer([this](std::stop_token stop) {
-            std::mutex m;
-            std::condition_variable_any cv;
-            std::unique_lock lock(m);
-            while (!stop.stop_requested()) {
-              cv.wait_for(lock, stop, ttl / 3, [] { return false; });
-              if (!stop.stop_requested()) remote.renew(key, ttl);
-            }
-          }) {}
-    ~Holder() {
-      renewer.request_stop();
-      renewer.join();
-      remote.release(key);
-    }
-  } holder(*remote_, kernel.key, ttl);
-  if (auto m = find(kernel.key)) {  // published between our lookup and the lease
-    joined = true;
-    return *m;
-  }
-  return compile(prepared, kernel, phases);
+  // manifest, and take the build over when its lease expires (core/cluster/lease.hpp).
+  using Built = Result<nlohmann::json>;
+  return leases_->single_flight<Built>(
+      kernel.key, config_.lease_ttl,
+      [&]() -> std::optional<Built> {
+        if (auto m = storage_.find(kernel.key, /*polling=*/true)) return Built(*m);
+        return std::nullopt;
+      },
+      [&] { return compile(prepared, kernel, phases); }, joined);
 }
 
 Result<ProcessResult> Builder::run_step(const PreparedRequest& prepared, const std::vector<std::string>& argv,
@@ -401,15 +299,15 @@ Result<ProcessResult> Builder::run_step(const PreparedRequest& prepared, const s
 
 Result<nlohmann::json> Builder::export_as(const PreparedRequest& prepared, const RenderedKernel& kernel,
                                           const nlohmann::json& base, nlohmann::json& phases) {
-  DiskStore::Pin pin(store_, kernel.key);  // its kernel.o is read below
-  auto staging = store_.make_staging();
+  storage::DiskTier& local = storage_.local();
+  storage::DiskTier::Pin pin(local, kernel.key);  // its kernel.o is read below
+  auto staging = local.make_staging();
   if (!staging) return std::unexpected(staging.error());
   RemoveOnExit cleanup{*staging};  // unless published (renamed away)
   const auto t = Clock::now();
-  const fs::path from = store_.entry_dir(kernel.key);
-  std::error_code ec;
-  fs::copy_file(from / "kernel.o", *staging / "base.o", ec);
-  if (ec) return fail(ErrorKind::kInternal, "kernel " + kernel.key + " has no kernel.o to export: " + ec.message());
+  const auto object = local.read_verified(kernel.key, "kernel.o");
+  if (!object) return fail(ErrorKind::kInternal, "kernel " + kernel.key + " has no verified kernel.o to export");
+  if (auto r = write_file(*staging / "base.o", *object); !r) return std::unexpected(r.error());
   const std::string src_name = base.value("source_file", "source.cpp");
   if (auto r = write_file(*staging / src_name, substitute_kernel_name(kernel.source, kernel.export_name)); !r)
     return std::unexpected(r.error());
@@ -430,8 +328,9 @@ Result<nlohmann::json> Builder::export_as(const PreparedRequest& prepared, const
       return std::unexpected(e);
     }
   }
+  std::error_code ec;
   fs::remove(*staging / "base.o", ec);
-  auto base_log = read_file(from / "compile.log");
+  auto base_log = local.read_verified(kernel.key, "compile.log");
   if (auto r = write_file(*staging / "compile.log", base_log.value_or("") + log); !r) return std::unexpected(r.error());
   auto objects = list_code_objects(*staging / "kernel.so");
   if (!objects) return fail(ErrorKind::kInternal, "the relinked kernel.so is unreadable: " + objects.error().message);
@@ -443,7 +342,7 @@ Result<nlohmann::json> Builder::export_as(const PreparedRequest& prepared, const
   phases["export"] = ms_since(t);
   manifest["export"] = {{"name", kernel.export_name}, {"of", kernel.key}, {"steps", steps},
                         {"seconds", phases["export"].get<double>() / 1000.0}};
-  return shared(store_.publish(*staging, kernel.export_key, manifest));
+  return storage_.publish(*staging, kernel.export_key, manifest);
 }
 
 Result<BuildResult> Builder::build(const KernelRequest& req) {
@@ -459,7 +358,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
   const auto& archs = prepared.archs;
   const auto& steps = kernel.steps;
   const std::string& key = kernel.key;
-  auto staging = store_.make_staging();
+  auto staging = storage_.local().make_staging();
   if (!staging) return std::unexpected(staging.error());
   RemoveOnExit cleanup{*staging};  // unless published (renamed away)
 
@@ -541,8 +440,8 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
       return std::unexpected(e);
     }
     manifest["status"] = "failed";
-    manifest["expires_at"] = store_.now_seconds() + config_.negative_ttl.count();
-    auto published = shared(store_.publish(*staging, key, manifest));
+    manifest["expires_at"] = storage_.local().now_seconds() + config_.negative_ttl.count();
+    auto published = storage_.publish(*staging, key, manifest);
     Error e = Error::make(ErrorKind::kCompileFailed,
                           "compilation failed: the compiler " + failed->describe());
     e.extra = {{"key", key}, {"cache", "miss"}, {"argv", steps.front().argv}, {"log", log}};
@@ -558,7 +457,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
   manifest["status"] = "ok";
   manifest["compile"] = compile_info;
   t = Clock::now();
-  auto published = shared(store_.publish(*staging, key, manifest));
+  auto published = storage_.publish(*staging, key, manifest);
   phases["publish"] = ms_since(t);
   return published;
 }

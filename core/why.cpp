@@ -60,7 +60,7 @@ std::string describe_family(const nlohmann::json& inputs) {
 
 // The entry's source as the key saw it (KERNEL_NAME for its name), verified; nullopt when
 // it cannot be read.
-std::optional<std::string> entry_source(DiskStore& store, const nlohmann::json& m) {
+std::optional<std::string> entry_source(storage::DiskTier& store, const nlohmann::json& m) {
   auto text = store.read_verified(m.value("key", ""), m.value("source_file", ""));
   if (!text) return std::nullopt;
   const std::string name = m.value("kernel_name", "");
@@ -169,7 +169,7 @@ nlohmann::json input_differences(const nlohmann::json& was, const nlohmann::json
   return out;
 }
 
-nlohmann::json explain_miss(DiskStore& store, const MissQuery& q, size_t candidates) {
+nlohmann::json explain_miss(storage::DiskTier& store, const MissQuery& q, size_t candidates) {
   struct Best {
     nlohmann::json manifest, differences;
     size_t lines = 0;
@@ -218,7 +218,7 @@ nlohmann::json explain_miss(DiskStore& store, const MissQuery& q, size_t candida
           {"miss_reason", reason}};
 }
 
-nlohmann::json explain_entry(DiskStore& store, const nlohmann::json& m) {
+nlohmann::json explain_entry(storage::DiskTier& store, const nlohmann::json& m) {
   nlohmann::json out = {{"key", m.value("key", "")},
                         {"kernel_name", m.value("kernel_name", "")},
                         {"created_at", m.value("created_at", int64_t{0})},

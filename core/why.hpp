@@ -21,7 +21,7 @@
 // named only when none of them differs (the template itself rendered differently: kforge
 // changed). No entry of the family: one item {"input": "kernel", "detail": ...}.
 //
-// The family index lives in the store (DiskStore::family_members); these functions only
+// The family index lives in the store (storage::DiskTier::family_members); these functions only
 // read manifests and sources through it (the store's own checks may still drop a malformed
 // or expired entry they meet, as any lookup would). Thread-safe.
 #pragma once
@@ -32,8 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/build.hpp"
-#include "core/store.hpp"
+#include "core/key.hpp"
+#include "core/storage/disk_tier.hpp"
 
 namespace kforge::core {
 
@@ -51,7 +51,7 @@ struct MissQuery {
   nlohmann::json inputs;
   std::string source;  // with KERNEL_NAME
   std::string source_name = "source";  // the diff's file name
-  // Only entries published before this time (ns, DiskStore::published_ns) are neighbours:
+  // Only entries published before this time (ns, storage::DiskTier::published_ns) are neighbours:
   // "why did this entry miss when it was built" looks at what was there then.
   int64_t published_before_ns = std::numeric_limits<int64_t>::max();
 };
@@ -59,11 +59,11 @@ struct MissQuery {
 // {"nearest": {"key", "kernel_name", "status", "created_at"} | null, "miss_reason": [...]}.
 // Looks at the family's most recent `candidates` entries; the nearest is the one with the
 // fewest differing inputs, then the fewest differing source lines, then the newest.
-nlohmann::json explain_miss(DiskStore& store, const MissQuery& query, size_t candidates = 64);
+nlohmann::json explain_miss(storage::DiskTier& store, const MissQuery& query, size_t candidates = 64);
 
 // The same for a published entry: why it missed when it was built, from its manifest and
 // source. {"key", "kernel_name", "created_at", "inputs", "nearest", "miss_reason"}. An
 // entry built before kforge recorded inputs gets a reason that says so.
-nlohmann::json explain_entry(DiskStore& store, const nlohmann::json& manifest);
+nlohmann::json explain_entry(storage::DiskTier& store, const nlohmann::json& manifest);
 
 }  // namespace kforge::core

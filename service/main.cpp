@@ -30,7 +30,7 @@
 
 #include "api/server.hpp"
 #include "api/tls.hpp"
-#include "core/cache_archive.hpp"
+#include "core/storage/archive.hpp"
 #include "core/fsutil.hpp"
 #include "core/templates/gemm.hpp"
 #include "service/commands.hpp"
@@ -361,13 +361,17 @@ int serve(const Args& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  std::unique_ptr<core::DiskStore> store;
+  std::unique_ptr<core::storage::DiskTier> store;
   try {
-    store = std::make_unique<core::DiskStore>(fs::absolute(cache_dir).lexically_normal());
+    store = std::make_unique<core::storage::DiskTier>(fs::absolute(cache_dir).lexically_normal());
   } catch (const std::exception& e) {
     std::cerr << "kforge: cannot use cache directory " << cache_dir << ": " << e.what() << "\n";
     return 1;
   }
+  // A test seam (tests/integration): the store's clock runs ahead, so that a fresh file
+  // need not be waited out before its verification is memoised (DiskTier::advance_clock).
+  if (const char* ms = std::getenv("KFORGE_TEST_CLOCK_OFFSET_MS"))
+    store->advance_clock(std::chrono::milliseconds(std::atoll(ms)));
   size_t cleared = store->clear_staging();
   std::cerr << "kforge: cache at " << store->root().string() << " (cleared " << cleared
             << " staging item(s))\n";
@@ -427,25 +431,31 @@ int serve(const Args& a) {
     std::cerr << "kforge serve: " << why << "\n";
     return 2;
   }
-  std::unique_ptr<core::RedisTier> remote;
-  if (const std::string redis = get("redis"); !redis.empty()) {
-    auto url = core::RedisUrl::parse(redis);
+  // A cluster member (--redis): the shared tier, build leases and the instance registry,
+  // all over one Redis connection pool.
+  std::unique_ptr<core::storage::Redis> redis;
+  std::unique_ptr<core::storage::RedisTier> shared;
+  std::unique_ptr<core::cluster::Leases> leases;
+  std::unique_ptr<core::cluster::Registry> registry;
+  if (const std::string redis_url = get("redis"); !redis_url.empty()) {
+    auto url = core::storage::RedisUrl::parse(redis_url);
     if (!url) {
       std::cerr << "kforge serve: " << url.error().message << "\n";
       return 2;
     }
-    core::RedisTier::Options ro;
-    ro.url = *url;
-    ro.instance = cfg.instance;
-    ro.max_blob = num("redis-max-blob");
-    remote = std::make_unique<core::RedisTier>(ro);
+    redis = std::make_unique<core::storage::Redis>(core::storage::Redis::Options{*url});
+    shared = std::make_unique<core::storage::RedisTier>(*redis, num("redis-max-blob"),
+                                                        [&store] { return store->now_seconds(); });
+    leases = std::make_unique<core::cluster::Leases>(*redis, cfg.instance);
+    registry = std::make_unique<core::cluster::Registry>(*redis, cfg.instance);
     std::cerr << "kforge: shared tier " << url->redacted() << " as instance " << cfg.instance
-              << (remote->probe() ? " (up)" : " (down: serving from the local tier until it answers)") << "\n";
+              << (redis->probe() ? " (up)" : " (down: serving from the local tier until it answers)") << "\n";
   }
   bcfg.instance = cfg.instance;
   bcfg.lease_ttl = std::chrono::seconds(std::max<long long>(2, num("redis-lease-ttl")));
-  core::Builder builder(toolchains, *store, bcfg, sandbox->spawner());
-  builder.set_remote(remote.get());
+  core::storage::Storage storage(*store, shared.get());
+  core::Builder builder(toolchains, storage, bcfg, sandbox->spawner());
+  builder.set_leases(leases.get());
   const std::string runner_setting = get("runner-dir");
   const fs::path runner_dir =
       runner_setting.empty() ? core::executable_dir() : fs::path(runner_setting);
@@ -461,7 +471,8 @@ int serve(const Args& a) {
                                               : "unavailable: " + d.value("reason", ""))
               << "\n";
   }
-  api::Server server(cfg, {builder, *store, toolchains, bencher, *sandbox, auth});
+  api::Server server(cfg, {builder, *store, toolchains, bencher, *sandbox, auth,
+                          {shared.get(), leases.get(), registry.get()}});
   if (!server.valid()) {  // OpenSSL refused what check_tls_files accepted
     const std::string why = api::openssl_errors();
     std::cerr << "kforge serve: the TLS server could not be set up from --tls-cert " << cfg.tls_cert
@@ -478,12 +489,12 @@ int serve(const Args& a) {
   server.set_advertise_url(get("advertise-url").empty() ? url : get("advertise-url"));
   // The cluster registry: a heartbeat every 2 s that expires after 10 s without one.
   std::jthread heartbeat;
-  if (remote) {
+  if (registry) {
     heartbeat = std::jthread([&](std::stop_token stop) {
       std::mutex m;
       std::condition_variable_any cv;
       std::unique_lock lock(m);
-      do remote->heartbeat(server.instance_status(), std::chrono::seconds(10));
+      do registry->heartbeat(server.instance_status(), std::chrono::seconds(10));
       while (!cv.wait_for(lock, stop, std::chrono::seconds(2), [] { return false; }) && !stop.stop_requested());
     });
   }
@@ -537,10 +548,10 @@ int cache(const Args& a) {
     }
     archive = a.positional[1];
   }
-  core::ExportOptions export_opts;
+  core::storage::ExportOptions export_opts;
   export_opts.kforge_version = KFORGE_VERSION;
   if (auto it = a.flags.find("since"); it != a.flags.end()) {
-    auto since = core::parse_since(it->second, "--since");
+    auto since = core::storage::parse_since(it->second, "--since");
     if (!since) {
       std::cerr << "kforge cache export: --" << since.error().message << "\n";
       return 2;
@@ -550,7 +561,7 @@ int cache(const Args& a) {
   if (auto it = a.flags.find("match"); it != a.flags.end()) {
     std::istringstream in(it->second);
     for (std::string m; std::getline(in, m);) {
-      auto match = core::parse_match(m, "--match");
+      auto match = core::storage::parse_match(m, "--match");
       if (!match) {
         std::cerr << "kforge cache export: --" << match.error().message << "\n";
         return 2;
@@ -559,9 +570,9 @@ int cache(const Args& a) {
     }
   }
   const std::string dir_setting = setting(a, "cache-dir", "");
-  std::unique_ptr<core::DiskStore> store;
+  std::unique_ptr<core::storage::DiskTier> store;
   try {
-    store = std::make_unique<core::DiskStore>(
+    store = std::make_unique<core::storage::DiskTier>(
         fs::absolute(fs::path(dir_setting.empty() ? default_cache_dir() : dir_setting)));
   } catch (const std::exception& e) {
     std::cerr << "kforge cache: " << e.what() << "\n";
@@ -585,7 +596,7 @@ int cache(const Args& a) {
     out["removed"] = r.removed;
   } else if (what == "export") {
     const auto t0 = std::chrono::steady_clock::now();
-    auto snap = core::ExportSnapshot::take(*store, export_opts);
+    auto snap = core::storage::ExportSnapshot::take(*store, export_opts);
     auto bytes = !snap ? core::Result<uint64_t>(std::unexpected(snap.error()))
                  : archive == "-"
                      ? (*snap)->write([](const char* d, size_t n) { return std::fwrite(d, 1, n, stdout) == n; })
@@ -602,7 +613,7 @@ int cache(const Args& a) {
     out["seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } else if (what == "import") {
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = core::import_archive(*store, archive);
+    auto r = core::storage::import_archive(*store, archive);
     if (!r) {
       std::cerr << "kforge cache import: " << r.error().message << "\n";
       out.update(r.error().extra);

@@ -142,7 +142,7 @@ BenchOptions BenchOptions::from_json(const json& j) {
   return o;
 }
 
-Bencher::Bencher(fs::path runner_dir, DiskStore& store, std::chrono::milliseconds timeout,
+Bencher::Bencher(fs::path runner_dir, storage::DiskTier& store, std::chrono::milliseconds timeout,
                  std::vector<std::string> runner_env, Spawner spawn)
     : runner_dir_(std::move(runner_dir)),
       store_(store),
@@ -265,7 +265,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     size_t index;
     Backend backend;
     std::string digest;
-    fs::path stored;
+    std::string stored;  // the name the result is stored under in its entry
     json shared;  // the runner's request without the kernel: the same for an autotune's choices
     json kernel;  // {"artifact", "abi"}
     json vendor;  // the vendor call asked of this kernel, or null
@@ -298,7 +298,7 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       const json& t = template_of(manifest, o);
       name += "-" + sha256_hex(json{{"inputs", t["inputs"]}, {"output", t["output"]}}.dump()).substr(0, 16);
     }
-    const fs::path stored = store_.entry_dir(key) / "bench" / (name + ".json");
+    const std::string stored = name;  // the entry's benchmark result of that name (DiskTier::bench_result)
     // A template kernel's problem (source mode has none): the gemm's sizes and vendor call,
     // read where a result is to be run or the vendor call asked (the runner times it with every
     // kernel on a GPU; on the CPU after the last one only, so there a stored result of another
@@ -307,8 +307,8 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     const auto vendor_gemm = vendor ? gemm_problem() : std::nullopt;
     const json vendor_req = vendor_gemm ? vendor_request(*vendor_gemm, template_of(manifest, o)) : json();
     if (!o.force) {
-      if (auto text = read_file(stored)) {
-        json cached = json::parse(*text, nullptr, false);
+      if (auto found = store_.bench_result(key, stored)) {
+        json cached = std::move(*found);
         // Reused only when it answers what was asked now: a vendor time for this epilogue, taken
         // with the kernel's (`order`; older results timed it once, with an autotune's first choice).
         auto vendor_answers = [&] {
@@ -344,12 +344,12 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
       req["scalars"] = {{"M", gemm->M}, {"N", gemm->N}, {"K", gemm->K}, {"batch", gemm->batch}};
     }
     if (o.verify && reference) {
-      req["reference"] = {{"artifact", (store_.entry_dir(reference->value("key", "")) / "kernel.so").string()},
+      req["reference"] = {{"artifact", store_.artifact_path(reference->value("key", "")).string()},
                           {"abi", (*reference)["abi"]}};
       if (!o.reference_outputs.empty()) req["reference"]["outputs_file"] = o.reference_outputs;
     }
     if (!o.saved_inputs.empty()) req["inputs_file"] = o.saved_inputs;
-    const json kernel = {{"artifact", (store_.entry_dir(key) / "kernel.so").string()}, {"abi", manifest["abi"]}};
+    const json kernel = {{"artifact", store_.artifact_path(key).string()}, {"abi", manifest["abi"]}};
     pending.push_back({i, *backend, digest, stored, std::move(req), kernel, vendor_req});
   }
 
@@ -388,11 +388,8 @@ std::vector<json> Bencher::run_all(const std::vector<json>& manifests, const Ben
     if (o.vendor && k.vendor.is_null() && result.value("status", "") == "ok") {
       result["vendor"] = {{"status", "unavailable"}, {"reason", "a vendor baseline exists for the gemm template only"}};
     }
-    if (result.value("status", "") == "ok") {
-      std::error_code ec;
-      fs::create_directories(k.stored.parent_path(), ec);
-      (void)write_file_atomic(k.stored, result.dump(2));
-    }
+    if (result.value("status", "") == "ok")
+      (void)store_.put_bench_result(manifests[k.index].value("key", ""), k.stored, result);
     result["cached"] = false;
   }
   return results;

@@ -24,7 +24,7 @@
 #include "core/backend.hpp"
 #include "core/cpu_target.hpp"
 #include "core/process.hpp"
-#include "core/store.hpp"
+#include "core/storage/disk_tier.hpp"
 
 namespace kforge::core {
 
@@ -55,7 +55,7 @@ std::vector<std::string> vendor_env(const CpuIsa& isa);
 class Bencher {
  public:
   // `runner_env`: extra NAME=value entries for every runner; they win over a run's own.
-  Bencher(std::filesystem::path runner_dir, DiskStore& store, std::chrono::milliseconds timeout,
+  Bencher(std::filesystem::path runner_dir, storage::DiskTier& store, std::chrono::milliseconds timeout,
           std::vector<std::string> runner_env = {}, Spawner spawn = run_process);
 
   // Per backend: the runner's probe ({"available", "name", ...} or the reason it is not).
@@ -95,7 +95,7 @@ class Bencher {
                                          const std::vector<std::string>& env = {});
 
   std::filesystem::path runner_dir_;
-  DiskStore& store_;
+  storage::DiskTier& store_;
   std::chrono::milliseconds timeout_;
   std::vector<std::string> runner_env_;
   Spawner spawn_;

@@ -13,8 +13,8 @@
 #include <system_error>
 #include <unistd.h>
 
-#include "core/cache_archive.hpp"
-#include "core/store.hpp"
+#include "core/storage/archive.hpp"
+#include "core/storage/disk_tier.hpp"
 
 namespace fs = std::filesystem;
 
@@ -45,8 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     out.write(reinterpret_cast<const char*>(data), std::streamsize(size));
   }
   {
-    kforge::core::DiskStore store(store_root);
-    auto report = kforge::core::import_archive(store, input);
+    kforge::core::storage::DiskTier store(store_root);
+    auto report = kforge::core::storage::import_archive(store, input);
     const size_t published = entries_under(store_root / "v1" / "objects");
     if (!report && published != 0) broken("a failed import published " + std::to_string(published) + " entries");
     if (report && published != report->imported) broken("the report and the store disagree");

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "api/auth.hpp"
-#include "core/remote_tier.hpp"
+#include "core/storage/redis.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kforge;
@@ -17,13 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   switch (data[0] % 2) {
     case 0: {
-      auto u = core::RedisUrl::parse(text);
+      auto u = core::storage::RedisUrl::parse(text);
       if (!u) {
         if (u.error().message.empty()) std::abort();
         break;
       }
       if (u->host.empty() || u->port < 1 || u->port > 65535 || u->db < 0) std::abort();
-      auto again = core::RedisUrl::parse(u->redacted());
+      auto again = core::storage::RedisUrl::parse(u->redacted());
       if (!again || again->host != u->host || again->port != u->port || again->db != u->db) std::abort();
       break;
     }

@@ -8,7 +8,7 @@
 #include "core/bench/bench.hpp"
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
-#include "core/store.hpp"
+#include "core/storage/disk_tier.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 
@@ -329,7 +329,7 @@ class BenchRunAll : public ::testing::Test {
 
   Scratch scratch_;
   std::filesystem::path pids_ = scratch_ / "pids.txt";
-  core::DiskStore store_{scratch_ / "cache"};
+  core::storage::DiskTier store_{scratch_ / "cache"};
   core::Bencher bencher_{std::filesystem::path(KFORGE_BINARY).parent_path(), store_, std::chrono::seconds(20)};
 };
 

@@ -274,7 +274,15 @@ TEST_F(Cluster, RedisDownMidRunDegradesToLocalAndComesBack) {
 
   // Redis back, empty: only misses, nothing wrong served; the instances reconnect.
   start_redis();
-  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the longest reconnect backoff
+  // Each instance reconnects once its backoff (at most 5 s) ends: /readyz probes Redis.
+  for (const char* id : {"a", "c"}) {
+    bool up = false;
+    for (int i = 0; i < 100 && !up; ++i) {
+      up = get(*servers_[id], "/readyz").body["checks"].value("shared_tier", false);
+      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_TRUE(up) << "instance " << id << " did not reconnect to Redis";
+  }
   auto r = post_json(*servers_["c"], "/kernels", scale_request(14));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(get(*servers_["c"], "/readyz").body["status"], "ok");

@@ -17,7 +17,7 @@ namespace kforge::testing {
 
 ServerProcess::ServerProcess(const std::filesystem::path& cache_dir,
                              const std::filesystem::path& log,
-                             std::vector<std::string> extra_args) {
+                             std::vector<std::string> extra_args, std::vector<std::string> env) {
   std::vector<std::string> args = {KFORGE_BINARY, "serve",       "--port",
                                    "0",           "--cache-dir", cache_dir.string()};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
@@ -32,6 +32,7 @@ ServerProcess::ServerProcess(const std::filesystem::path& cache_dir,
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
     ::close(out[0]);
+    for (auto& e : env) ::putenv(e.data());
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }

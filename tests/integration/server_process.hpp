@@ -1,5 +1,7 @@
 // Starts the real `kforge serve --port 0` as a child process and waits until it prints
-// its address (never sleeps). The destructor stops it with SIGTERM; kill9() simulates a
+// its address (never sleeps). kClockAhead in `env` runs its store's clock 2 s ahead
+// (KFORGE_TEST_CLOCK_OFFSET_MS): a file just written counts as old enough for its
+// verification to be memoised, with no second to wait out. The destructor stops it with SIGTERM; kill9() simulates a
 // crash. Its stderr goes to <scratch>/server.<n>.log for post-mortems.
 #pragma once
 
@@ -14,10 +16,13 @@
 
 namespace kforge::testing {
 
+inline const std::string kClockAhead = "KFORGE_TEST_CLOCK_OFFSET_MS=2000";
+
 class ServerProcess {
  public:
+  // `env`: NAME=VALUE pairs added to the server's environment.
   ServerProcess(const std::filesystem::path& cache_dir, const std::filesystem::path& log,
-                std::vector<std::string> extra_args = {});
+                std::vector<std::string> extra_args = {}, std::vector<std::string> env = {});
   ~ServerProcess();
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;

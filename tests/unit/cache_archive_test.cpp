@@ -1,7 +1,7 @@
 // core/cache_archive: export and import of cache entries (issue 16), on real stores in
 // scratch directories and real zstd tar archives; damaged archives are made by rewriting
 // a good one with libarchive (a member changed, dropped or added) or by cutting its bytes.
-#include "core/cache_archive.hpp"
+#include "core/storage/archive.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -14,7 +14,7 @@
 #include "core/hash.hpp"
 #include "unit/scratch.hpp"
 
-namespace kforge::core {
+namespace kforge::core::storage {
 namespace {
 
 namespace fs = std::filesystem;
@@ -29,7 +29,7 @@ std::string noise(int seed, size_t n) {
 }
 
 // An "ok" entry as the builder publishes one: kernel.so, source.cpp, compile.log.
-std::string add_entry(DiskStore& store, int n, const std::string& backend = "cpu", int64_t created_at = 1'700'000'000,
+std::string add_entry(DiskTier& store, int n, const std::string& backend = "cpu", int64_t created_at = 1'700'000'000,
                       const std::string& arch = "x86-64-v3") {
   const std::string key = sha256_hex("kernel " + std::to_string(n));
   auto dir = store.make_staging();
@@ -90,7 +90,7 @@ void rewrite(const fs::path& in, const fs::path& out, const std::function<bool(M
 
 class CacheArchive : public ::testing::Test {
  protected:
-  fs::path export_all(DiskStore& store, ExportOptions opts = {}) {
+  fs::path export_all(DiskTier& store, ExportOptions opts = {}) {
     opts.kforge_version = "test";
     auto snap = ExportSnapshot::take(store, opts);
     EXPECT_TRUE(snap) << snap.error().message;
@@ -102,7 +102,7 @@ class CacheArchive : public ::testing::Test {
   }
   // The failure an import reports, with the store left empty.
   json failed_import(const fs::path& archive) {
-    DiskStore fresh(scratch_ / ("fresh" + std::to_string(n_++)));
+    DiskTier fresh(scratch_ / ("fresh" + std::to_string(n_++)));
     auto r = import_archive(fresh, archive);
     EXPECT_FALSE(r) << "imported " << (r ? r->to_json().dump() : "");
     EXPECT_TRUE(fresh.keys().empty());
@@ -119,7 +119,7 @@ class CacheArchive : public ::testing::Test {
 };
 
 TEST_F(CacheArchive, RoundTripCarriesEntriesAndRequestPointers) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   std::vector<std::string> keys;
   for (int i = 0; i < 5; ++i) keys.push_back(add_entry(a, i));
   const std::string rkey = sha256_hex("request 0"), dangling = sha256_hex("request x");
@@ -127,7 +127,7 @@ TEST_F(CacheArchive, RoundTripCarriesEntriesAndRequestPointers) {
   ASSERT_TRUE(a.put_request(dangling, sha256_hex("no such kernel")));
   const fs::path archive = export_all(a);
 
-  DiskStore b(scratch_ / "b");
+  DiskTier b(scratch_ / "b");
   auto r = import_archive(b, archive);
   ASSERT_TRUE(r) << r.error().message << " " << r.error().extra.dump();
   EXPECT_EQ(r->imported, 5u);
@@ -146,11 +146,11 @@ TEST_F(CacheArchive, RoundTripCarriesEntriesAndRequestPointers) {
 }
 
 TEST_F(CacheArchive, ImportIsIdempotent) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   for (int i = 0; i < 3; ++i) add_entry(a, i);
   ASSERT_TRUE(a.put_request(sha256_hex("r"), sha256_hex("kernel 1")));
   const fs::path archive = export_all(a);
-  DiskStore b(scratch_ / "b");
+  DiskTier b(scratch_ / "b");
   ASSERT_TRUE(import_archive(b, archive));
   auto again = import_archive(b, archive);
   ASSERT_TRUE(again) << again.error().message;
@@ -166,7 +166,7 @@ TEST_F(CacheArchive, ImportIsIdempotent) {
 }
 
 TEST_F(CacheArchive, NegativeAndCorruptEntriesStayHome) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   const std::string good = add_entry(a, 1);
   const std::string rotten = add_entry(a, 2);
   auto dir = a.make_staging();
@@ -179,7 +179,7 @@ TEST_F(CacheArchive, NegativeAndCorruptEntriesStayHome) {
     bytes[100] ^= 1;
     ASSERT_TRUE(write_file(so, bytes));
   }
-  DiskStore fresh(scratch_ / "a");  // another process: no memo
+  DiskTier fresh(scratch_ / "a");  // another process: no memo
   auto snap = ExportSnapshot::take(fresh, {});
   ASSERT_TRUE(snap);
   ASSERT_EQ((*snap)->entries(), 1u);
@@ -187,7 +187,7 @@ TEST_F(CacheArchive, NegativeAndCorruptEntriesStayHome) {
 }
 
 TEST_F(CacheArchive, SinceAndMatchChooseEntries) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   const std::string old_cpu = add_entry(a, 1, "cpu", 1'600'000'000);
   const std::string new_cpu = add_entry(a, 2, "cpu", 1'800'000'000, "znver4");
   const std::string new_cuda = add_entry(a, 3, "cuda", 1'800'000'000, "sm_90a");
@@ -231,7 +231,7 @@ TEST_F(CacheArchive, SinceAndMatchChooseEntries) {
 }
 
 TEST_F(CacheArchive, FlippedByteInABlobImportsNothingAndNamesTheEntry) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   std::vector<std::string> keys;
   for (int i = 0; i < 3; ++i) keys.push_back(add_entry(a, i));
   const fs::path good = export_all(a);
@@ -259,7 +259,7 @@ TEST_F(CacheArchive, FlippedByteInABlobImportsNothingAndNamesTheEntry) {
 }
 
 TEST_F(CacheArchive, TruncatedArchiveNamesWhatIsMissing) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   std::vector<std::string> keys;
   // libarchive decompresses 128 KiB at a time: enough entries that a cut falls past the first.
   for (int i = 0; i < 8; ++i) keys.push_back(add_entry(a, i));
@@ -291,7 +291,7 @@ TEST_F(CacheArchive, TruncatedArchiveNamesWhatIsMissing) {
 }
 
 TEST_F(CacheArchive, MembersOutsideTheGrammarAreRefused) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   const std::string key = add_entry(a, 1);
   const fs::path good = export_all(a);
   const fs::path bad = scratch_ / "bad.tar.zst";
@@ -338,7 +338,7 @@ TEST_F(CacheArchive, MembersOutsideTheGrammarAreRefused) {
 }
 
 TEST_F(CacheArchive, ManifestMustMatchItsDirectoryAndTheIndex) {
-  DiskStore a(scratch_ / "a");
+  DiskTier a(scratch_ / "a");
   const std::string key = add_entry(a, 1);
   const fs::path good = export_all(a);
   // A manifest rewritten to claim another key, with the index updated to match its hash:
@@ -363,4 +363,4 @@ TEST_F(CacheArchive, ManifestMustMatchItsDirectoryAndTheIndex) {
 }
 
 }  // namespace
-}  // namespace kforge::core
+}  // namespace kforge::core::storage

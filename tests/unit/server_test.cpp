@@ -12,9 +12,10 @@ namespace {
 
 TEST(OpenApi, EveryRegisteredRouteIsDocumented) {
   testing::Scratch s;
-  core::DiskStore store(s.path());
+  core::storage::DiskTier store(s.path());
   core::Toolchains toolchains({});
-  core::Builder builder(toolchains, store, {});
+  core::storage::Storage storage(store);
+  core::Builder builder(toolchains, storage, {});
   core::Bencher bencher(s.path() / "no-runners", store, std::chrono::seconds(5));
   auto sandbox = core::Sandbox::make("none", {});
   ASSERT_TRUE(sandbox);

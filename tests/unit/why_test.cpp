@@ -149,7 +149,7 @@ TEST(WhyDifferences, ATemplateSourceAloneIsNamedAndASourceKernelsAlways) {
 }
 
 // Publishes an entry of `family` with `inputs` and `source` in `store`.
-std::string publish(DiskStore& store, const std::string& family, const json& in, const std::string& source,
+std::string publish(storage::DiskTier& store, const std::string& family, const json& in, const std::string& source,
                     const std::string& key) {
   auto dir = store.make_staging();
   EXPECT_TRUE(dir);
@@ -165,7 +165,7 @@ std::string publish(DiskStore& store, const std::string& family, const json& in,
 
 TEST(WhyNearest, TheFewestDifferencesWinThenTheSmallestSourceChange) {
   testing::Scratch s;
-  DiskStore store(s.path());
+  storage::DiskTier store(s.path());
   const std::string family = sha256_hex("family").substr(0, 32);
   json base = inputs();
   for (const char* k : {"template", "reference", "params.mr", "params.nr", "inputs[0]", "output", "epilogue", "input_reorder"})
@@ -204,7 +204,7 @@ TEST(WhyNearest, TheFewestDifferencesWinThenTheSmallestSourceChange) {
 
 TEST(WhyNearest, GcDropsTheLinksOfRemovedEntries) {
   testing::Scratch s;
-  DiskStore store(s.path());
+  storage::DiskTier store(s.path());
   const std::string family = sha256_hex("family").substr(0, 32);
   const std::string key = publish(store, family, inputs(), "int KERNEL_NAME();\n", sha256_hex("k"));
   ASSERT_EQ(store.family_members(family, 10).size(), 1u);

@@ -1,4 +1,4 @@
-#include "core/cache_archive.hpp"
+#include "core/storage/archive.hpp"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -19,7 +19,7 @@
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 
-namespace kforge::core {
+namespace kforge::core::storage {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -185,7 +185,7 @@ Result<ExportMatch> parse_match(std::string_view text, const std::string& field)
 
 // --- export -----------------------------------------------------------------------------
 
-Result<std::unique_ptr<ExportSnapshot>> ExportSnapshot::take(DiskStore& store, const ExportOptions& opts) {
+Result<std::unique_ptr<ExportSnapshot>> ExportSnapshot::take(DiskTier& store, const ExportOptions& opts) {
   auto staging = store.make_staging();
   if (!staging) return std::unexpected(staging.error());
   std::unique_ptr<ExportSnapshot> snap(new ExportSnapshot());
@@ -412,7 +412,7 @@ struct Staged {
 
 }  // namespace
 
-Result<ImportReport> import_archive(DiskStore& store, const fs::path& path) {
+Result<ImportReport> import_archive(DiskTier& store, const fs::path& path) {
   auto staging = store.make_staging();
   if (!staging) return std::unexpected(staging.error());
   struct Cleanup {
@@ -571,7 +571,7 @@ Result<ImportReport> import_archive(DiskStore& store, const fs::path& path) {
       json listed = *s.files;
       listed.erase("manifest.json");
       const json& m = s.manifest;
-      if (!m.is_object() || m.value("format", 0) != DiskStore::kFormat) s.failure = "manifest.json is not a format-1 manifest";
+      if (!m.is_object() || m.value("format", 0) != DiskTier::kFormat) s.failure = "manifest.json is not a format-1 manifest";
       else if (m.value("key", "") != key) s.failure = "manifest.json names key " + m.value("key", "").substr(0, 64) + ", not its directory's";
       else if (m.value("status", "") != "ok") s.failure = "manifest.json: status is not \"ok\"";
       else if (m.value("files", json()) != listed) s.failure = "manifest.json lists other files than the index";
@@ -608,13 +608,13 @@ Result<ImportReport> import_archive(DiskStore& store, const fs::path& path) {
   for (const auto& [rkey, key] : index["requests"].items()) {
     if (store.lookup_request(rkey)) {
       ++report.requests_present;
-    } else if (auto put = store.put_request(rkey, key); put) {
+    } else if (store.put_request(rkey, key)) {
       ++report.requests_imported;
     } else {
-      return fail(ErrorKind::kInternal, "cannot write request pointer " + rkey + ": " + put.error().message);
+      return fail(ErrorKind::kInternal, "cannot write request pointer " + rkey + " in " + store.root().string());
     }
   }
   return report;
 }
 
-}  // namespace kforge::core
+}  // namespace kforge::core::storage

@@ -1,13 +1,20 @@
-// The content-addressed kernel cache, disk tier (DESIGN §5).
+// The content-addressed kernel cache, disk tier (DESIGN §5): the local tier of
+// core/storage/storage.hpp, and the only code that knows how an entry lies on disk.
 //
 // Layout, as a grammar:
-//   root        := <root>/v1/ (objects | requests | families | tmp)
+//   root        := <root>/v1/ (objects | requests | families | autotune | tmp)
 //   objects     := objects/<key[0:2]>/<key>/ entry
-//   entry       := manifest.json kernel.so [kernel.o] source.<ext> compile.log
-//   [bench/<device>.json]
+//   entry       := manifest.json kernel.so [kernel.o] source.<ext> compile.log side*
 //                | manifest.json source.<ext> compile.log            (negative entry: status
 //                "failed")
+//   side        := bench/<result>.json      a benchmark result (bench_result(); <result> is
+//                                           [0-9a-f-]{1,64}: the device digest, and the
+//                                           tensors' where they are the caller's)
+//                | autotune.json            the ranking the entry took part in (ranking())
+//                  written after publishing, not in the manifest's files: not verified, not
+//                  shared, gone with the entry
 //   requests    := requests/<rkey[0:2]>/<rkey>     one line: the kernel key it resolves to
+//   autotune    := autotune/<akey[0:2]>/<akey>.json  a ranking (get_autotune()); not evicted
 //   families    := families/<fam[0:2]>/<fam>/<key>  empty: <key> is an entry of the kernel
 //                  family <fam> (manifest "family", 32 hex; core/why.hpp), an index for
 //                  "why did this miss" that gc keeps in step with objects/
@@ -58,8 +65,9 @@
 
 #include "core/error.hpp"
 #include "core/sharded_map.hpp"
+#include "core/storage/tier.hpp"
 
-namespace kforge::core {
+namespace kforge::core::storage {
 
 struct CacheStats {
   uint64_t entries = 0;   // published kernels, negative ones included
@@ -86,22 +94,48 @@ struct VerifyResult {
   std::vector<std::string> removed;  // corrupt, unreadable or expired entries
 };
 
-class DiskStore {
+class DiskTier final : public Tier {
  public:
   static constexpr int kFormat = 1;
 
   // Creates the directory tree if needed. Throws std::filesystem::filesystem_error when
   // the root cannot be created.
-  explicit DiskStore(std::filesystem::path root);
-  ~DiskStore();
-  DiskStore(const DiskStore&) = delete;
-  DiskStore& operator=(const DiskStore&) = delete;
+  explicit DiskTier(std::filesystem::path root);
+  ~DiskTier() override;
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
+
+  // Tier (tier.hpp): get() reads every file through read_verified(); put() stages the files
+  // and publishes them; has() is a verified lookup.
+  const char* name() const override { return "disk"; }
+  std::optional<Entry> get(const std::string& key, bool polling = false) override;
+  bool put(const Entry& entry) override;
+  bool has(const std::string& key) override { return lookup(key) != nullptr; }
+  void remove(const std::string& key) override { remove_entry(key); }
+  std::optional<std::string> get_request(const std::string& rkey) override { return lookup_request(rkey); }
+  bool put_request(const std::string& rkey, const std::string& key) override;
+  std::optional<nlohmann::json> get_autotune(const std::string& akey) override;
+  bool put_autotune(const std::string& akey, const nlohmann::json& ranking) override;
 
   const std::filesystem::path& root() const { return root_; }
+  // The directory of an entry: for core/storage/ and its tests only (the rest of kforge
+  // reads entries through this class; tests/docs/check_layers.py holds it to that).
   std::filesystem::path entry_dir(const std::string& key) const;
   // A file of an entry as a path relative to the root ("v1/objects/..."): what a server in
   // front that maps the root (nginx's X-Accel-Redirect) is told to send.
   std::string relative_path(const std::string& key, const std::string& name) const;
+  // The path of a verified entry's kernel.so, for a program that loads it itself (a
+  // benchmark runner); the entry must be pinned while the path is used.
+  std::filesystem::path artifact_path(const std::string& key) const { return entry_dir(key) / "kernel.so"; }
+
+  // Side files of an entry (the grammar's `side`): benchmark results by name, and the
+  // autotune ranking it took part in. Not verified; false/nullopt when the entry is gone or
+  // the name is not a result name.
+  std::optional<nlohmann::json> bench_result(const std::string& key, const std::string& result) const;
+  bool put_bench_result(const std::string& key, const std::string& result, const nlohmann::json& value);
+  nlohmann::json bench_results(const std::string& key) const;  // {result: value}
+  std::optional<nlohmann::json> ranking(const std::string& key) const;
+  bool put_ranking(const std::string& key, const nlohmann::json& ranking);
   // This process's own staging directory (under tmp/).
   const std::filesystem::path& staging_root() const { return staging_; }
 
@@ -153,13 +187,13 @@ class DiskStore {
   // While a Pin lives, evict() leaves its entry alone.
   class Pin {
    public:
-    Pin(DiskStore& store, std::string key);
+    Pin(DiskTier& store, std::string key);
     ~Pin();
     Pin(const Pin&) = delete;
     Pin& operator=(const Pin&) = delete;
 
    private:
-    DiskStore& store_;
+    DiskTier& store_;
     std::string key_;
   };
   bool pinned(const std::string& key) const;
@@ -176,16 +210,16 @@ class DiskStore {
   GcResult collect_garbage();
 
   std::optional<std::string> lookup_request(const std::string& rkey);
-  Result<void> put_request(const std::string& rkey, const std::string& key);
   // What is on disk now, unverified (for export, core/cache_archive.hpp): every published
   // entry's key, and every request pointer as (rkey, kernel key).
   std::vector<std::string> keys() const;
   std::vector<std::pair<std::string, std::string>> request_pointers();
 
-  // The time source, a seam for tests of expiry.
-  void set_clock(std::function<std::chrono::system_clock::time_point()> now) {
-    now_ = std::move(now);
-  }
+  // The store's clocks run this much ahead of the system's: a seam for tests, which move
+  // time (expiry, recency, the one-second window in which a changed file's identity cannot
+  // be trusted, the tenth of a second a memo is trusted) instead of waiting for it. A
+  // server takes it from KFORGE_TEST_CLOCK_OFFSET_MS (service/, tests only).
+  void advance_clock(std::chrono::nanoseconds by) { clock_offset_ns_ += by.count(); }
   int64_t now_seconds() const;
 
  private:
@@ -246,9 +280,9 @@ class DiskStore {
   };
   mutable std::array<PinShard, 16> pins_;
   PinShard& pin_shard(const std::string& key) const { return pins_[std::hash<std::string>{}(key) % pins_.size()]; }
-  std::function<std::chrono::system_clock::time_point()> now_ = [] {
-    return std::chrono::system_clock::now();
-  };
+  std::atomic<int64_t> clock_offset_ns_{0};
+  int64_t wall_ns() const;    // system_clock, with the offset
+  int64_t steady_ns() const;  // steady_clock, with the offset
 };
 
-}  // namespace kforge::core
+}  // namespace kforge::core::storage

@@ -1,4 +1,4 @@
-#include "core/store.hpp"
+#include "core/storage/disk_tier.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -13,7 +13,7 @@
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
 
-namespace kforge::core {
+namespace kforge::core::storage {
 namespace fs = std::filesystem;
 
 namespace {
@@ -63,8 +63,8 @@ nlohmann::json CacheStats::to_json() const {
           {"staging_items", staging_items}};
 }
 
-DiskStore::DiskStore(fs::path root) : root_(std::move(root)), v1_(root_ / "v1") {
-  for (const char* d : {"objects", "requests", "families", "tmp"}) fs::create_directories(v1_ / d);
+DiskTier::DiskTier(fs::path root) : root_(std::move(root)), v1_(root_ / "v1") {
+  for (const char* d : {"objects", "requests", "families", "autotune", "tmp"}) fs::create_directories(v1_ / d);
   staging_ = v1_ / "tmp" / ("proc." + std::to_string(::getpid()) + "." + unique_suffix());
   fs::create_directories(staging_);
   lock_fd_ = try_lock(staging_ / ".lock");
@@ -73,25 +73,35 @@ DiskStore::DiskStore(fs::path root) : root_(std::move(root)), v1_(root_ / "v1") 
                                std::error_code(errno, std::generic_category()));
 }
 
-DiskStore::~DiskStore() {
+DiskTier::~DiskTier() {
   std::error_code ec;
   fs::remove_all(staging_, ec);
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-int64_t DiskStore::now_seconds() const {
-  return std::chrono::duration_cast<std::chrono::seconds>(now_().time_since_epoch()).count();
+int64_t DiskTier::wall_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+             .count() +
+         clock_offset_ns_.load(std::memory_order_relaxed);
 }
 
-fs::path DiskStore::entry_dir(const std::string& key) const {
+int64_t DiskTier::steady_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+             .count() +
+         clock_offset_ns_.load(std::memory_order_relaxed);
+}
+
+int64_t DiskTier::now_seconds() const { return wall_ns() / 1'000'000'000; }
+
+fs::path DiskTier::entry_dir(const std::string& key) const {
   return v1_ / "objects" / key.substr(0, 2) / key;
 }
 
-std::string DiskStore::relative_path(const std::string& key, const std::string& name) const {
+std::string DiskTier::relative_path(const std::string& key, const std::string& name) const {
   return "v1/objects/" + key.substr(0, 2) + "/" + key + "/" + name;
 }
 
-size_t DiskStore::clear_staging() {
+size_t DiskTier::clear_staging() {
   size_t n = 0;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(staging_, ec)) {
@@ -115,7 +125,7 @@ size_t DiskStore::clear_staging() {
   return n;
 }
 
-Result<fs::path> DiskStore::make_staging() {
+Result<fs::path> DiskTier::make_staging() {
   fs::path dir = staging_root() / ("build." + unique_suffix());
   std::error_code ec;
   if (!fs::create_directories(dir, ec) || ec) {
@@ -125,7 +135,7 @@ Result<fs::path> DiskStore::make_staging() {
   return dir;
 }
 
-Result<nlohmann::json> DiskStore::publish(const fs::path& staging, const std::string& key,
+Result<nlohmann::json> DiskTier::publish(const fs::path& staging, const std::string& key,
                                           nlohmann::json manifest) {
   nlohmann::json files = nlohmann::json::object();
   std::error_code ec;
@@ -185,7 +195,7 @@ uint64_t remove_files_if(const fs::path& dir, const std::function<bool(const fs:
 
 }  // namespace
 
-void DiskStore::index_family(const nlohmann::json& manifest) {
+void DiskTier::index_family(const nlohmann::json& manifest) {
   // An exported kernel is its base kernel renamed: the base stands for both.
   if (!manifest.contains("family") || !manifest["family"].is_string() || manifest.contains("export")) return;
   const std::string family = manifest["family"];
@@ -198,13 +208,13 @@ void DiskStore::index_family(const nlohmann::json& manifest) {
   if (fd >= 0) ::close(fd);
 }
 
-std::optional<int64_t> DiskStore::published_ns(const std::string& key) const {
+std::optional<int64_t> DiskTier::published_ns(const std::string& key) const {
   struct stat st {};
   if (::stat((entry_dir(key) / "manifest.json").c_str(), &st) != 0) return std::nullopt;
   return int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-std::vector<DiskStore::FamilyMember> DiskStore::family_members(const std::string& family, size_t limit) const {
+std::vector<DiskTier::FamilyMember> DiskTier::family_members(const std::string& family, size_t limit) const {
   if (!is_hex(family, 32)) return {};
   std::vector<FamilyMember> members;
   std::error_code ec;
@@ -219,7 +229,7 @@ std::vector<DiskStore::FamilyMember> DiskStore::family_members(const std::string
   return members;
 }
 
-uint64_t DiskStore::drop_dangling_family_links() {
+uint64_t DiskTier::drop_dangling_family_links() {
   return remove_files_if(v1_ / "families", [this](const fs::path& link) {
     const std::string key = link.filename().string();
     return !is_hex(key, 64) || !fs::exists(entry_dir(key) / "manifest.json");
@@ -238,27 +248,25 @@ std::optional<Id> identity_of(const struct stat& st) {
 
 }  // namespace
 
-std::optional<DiskStore::FileId> DiskStore::identify(const fs::path& path) {
+std::optional<DiskTier::FileId> DiskTier::identify(const fs::path& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return std::nullopt;
   return identity_of<FileId>(st);
 }
 
-std::optional<DiskStore::FileId> DiskStore::identify(int fd) {
+std::optional<DiskTier::FileId> DiskTier::identify(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::nullopt;
   return identity_of<FileId>(st);
 }
 
-bool DiskStore::racy(const FileId& id) const {
-  // The file system's clock, not the test seam: ctime comes from the kernel.
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
-  return now_ns - std::max(id.mtime_ns, id.ctime_ns) < 1'000'000'000;
+bool DiskTier::racy(const FileId& id) const {
+  // The file's times come from the kernel's clock; the seam moves the store's now, so a
+  // test's fresh file can look old without waiting.
+  return wall_ns() - std::max(id.mtime_ns, id.ctime_ns) < 1'000'000'000;
 }
 
-std::optional<nlohmann::json> DiskStore::read_manifest(const std::string& key) {
+std::optional<nlohmann::json> DiskTier::read_manifest(const std::string& key) {
   auto text = read_file(entry_dir(key) / "manifest.json");
   if (!text) return std::nullopt;
   nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
@@ -275,12 +283,10 @@ std::optional<nlohmann::json> DiskStore::read_manifest(const std::string& key) {
   return m;
 }
 
-std::shared_ptr<DiskStore::Verified> DiskStore::memoised(const std::string& key) const {
+std::shared_ptr<DiskTier::Verified> DiskTier::memoised(const std::string& key) const {
   auto v = verified_.get(key);
   if (!v) return nullptr;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = steady_ns();
   if (now - (*v)->checked_ns.load(std::memory_order_relaxed) < 100'000'000) return *v;
   const fs::path dir = entry_dir(key);
   if (identify(dir / "manifest.json") != (*v)->manifest_id) return nullptr;
@@ -291,7 +297,7 @@ std::shared_ptr<DiskStore::Verified> DiskStore::memoised(const std::string& key)
   return *v;
 }
 
-std::shared_ptr<DiskStore::Verified> DiskStore::verify_entry(const std::string& key) {
+std::shared_ptr<DiskTier::Verified> DiskTier::verify_entry(const std::string& key) {
   const fs::path dir = entry_dir(key);
   // Identities are taken before the reads: a write during the hash changes them, and the
   // next lookup verifies again.
@@ -320,7 +326,7 @@ std::shared_ptr<DiskStore::Verified> DiskStore::verify_entry(const std::string& 
   return v;
 }
 
-std::shared_ptr<const nlohmann::json> DiskStore::lookup(const std::string& key) {
+std::shared_ptr<const nlohmann::json> DiskTier::lookup(const std::string& key) {
   auto v = memoised(key);
   if (v && v->manifest->value("status", "") == "failed" &&
       v->manifest->value("expires_at", int64_t{0}) <= now_seconds()) {
@@ -331,12 +337,12 @@ std::shared_ptr<const nlohmann::json> DiskStore::lookup(const std::string& key) 
   return v ? v->manifest : nullptr;
 }
 
-std::shared_ptr<const nlohmann::json> DiskStore::memo_manifest(const std::string& key) const {
+std::shared_ptr<const nlohmann::json> DiskTier::memo_manifest(const std::string& key) const {
   auto v = verified_.get(key);
   return v ? (*v)->manifest : nullptr;
 }
 
-std::shared_ptr<const std::string> DiskStore::read_hot(const std::string& key, const std::string& name) {
+std::shared_ptr<const std::string> DiskTier::read_hot(const std::string& key, const std::string& name) {
   const std::string hot_key = key + "/" + name;
   auto hot = hot_files_.get(hot_key);
   if (!hot) return nullptr;
@@ -345,7 +351,7 @@ std::shared_ptr<const std::string> DiskStore::read_hot(const std::string& key, c
   return nullptr;
 }
 
-std::optional<std::string> DiskStore::read_verified(const std::string& key, const std::string& name) {
+std::optional<std::string> DiskTier::read_verified(const std::string& key, const std::string& name) {
   const std::string hot_key = key + "/" + name;
   if (auto hot = read_hot(key, name)) return *hot;
   // Only this file's identity is checked against the memo: it is all that is read.
@@ -397,16 +403,16 @@ std::optional<std::string> DiskStore::read_verified(const std::string& key, cons
   }
 }
 
-void DiskStore::discard(const std::string& key) {
+void DiskTier::discard(const std::string& key) {
   discarded_.put(key, true);
   remove_entry(key);
 }
 
-bool DiskStore::discarded(const std::string& key) const {
+bool DiskTier::discarded(const std::string& key) const {
   return discarded_.get(key).has_value();
 }
 
-void DiskStore::remove_entry(const std::string& key) {
+void DiskTier::remove_entry(const std::string& key) {
   verified_.erase(key);  // (hot files are checked by identity: a removed file fails it)
   fs::path dir = entry_dir(key);
   fs::path trash = staging_ / ("trash." + unique_suffix());
@@ -414,7 +420,7 @@ void DiskStore::remove_entry(const std::string& key) {
   if (::rename(dir.c_str(), trash.c_str()) == 0) fs::remove_all(trash, ec);
 }
 
-std::optional<std::string> DiskStore::lookup_request(const std::string& rkey) {
+std::optional<std::string> DiskTier::lookup_request(const std::string& rkey) {
   if (auto key = requests_memo_.get(rkey)) return key;
   auto text = read_file(v1_ / "requests" / rkey.substr(0, 2) / rkey);
   if (!text) return std::nullopt;
@@ -424,20 +430,122 @@ std::optional<std::string> DiskStore::lookup_request(const std::string& rkey) {
   return key;
 }
 
-Result<void> DiskStore::put_request(const std::string& rkey, const std::string& key) {
+bool DiskTier::put_request(const std::string& rkey, const std::string& key) {
+  if (!is_hex_key(rkey) || !is_hex_key(key)) return false;
   fs::path dir = v1_ / "requests" / rkey.substr(0, 2);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  auto written = write_file_atomic(dir / rkey, key + "\n");
+  const bool written = write_file_atomic(dir / rkey, key + "\n").has_value();
   if (written) requests_memo_.put(rkey, key);
   return written;
 }
 
-}  // namespace kforge::core
+std::optional<nlohmann::json> DiskTier::get_autotune(const std::string& akey) {
+  if (!is_hex_key(akey)) return std::nullopt;
+  auto text = read_file(v1_ / "autotune" / akey.substr(0, 2) / (akey + ".json"));
+  if (!text) return std::nullopt;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
 
-namespace kforge::core {
+bool DiskTier::put_autotune(const std::string& akey, const nlohmann::json& ranking) {
+  if (!is_hex_key(akey)) return false;
+  const fs::path dir = v1_ / "autotune" / akey.substr(0, 2);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  return write_file_atomic(dir / (akey + ".json"), ranking.dump(2)).has_value();
+}
 
-void DiskStore::touch(const std::string& key) {
+std::optional<Entry> DiskTier::get(const std::string& key, bool) {
+  auto m = lookup(key);
+  if (!m) return std::nullopt;
+  Entry e{*m, {}};
+  for (const auto& [name, f] : (*m)["files"].items()) {
+    auto bytes = read_verified(key, name);
+    if (!bytes) return std::nullopt;
+    e.files.emplace(name, std::move(*bytes));
+  }
+  return e;
+}
+
+bool DiskTier::put(const Entry& entry) {
+  const std::string& key = entry.key();
+  if (!is_hex_key(key) || !entry.manifest.contains("files") || !entry.manifest["files"].is_object()) return false;
+  auto staging = make_staging();
+  if (!staging) return false;
+  RemoveOnExit cleanup{*staging};  // unless published (renamed away)
+  for (const auto& [name, f] : entry.manifest["files"].items()) {
+    const auto bytes = entry.files.find(name);
+    const fs::path dest = (*staging / name).lexically_normal();
+    // A name from another tier never leaves the staging directory.
+    if (bytes == entry.files.end() || name == "manifest.json" ||
+        !dest.string().starts_with(staging->string() + "/"))
+      return false;
+    if (sha256_hex(bytes->second) != f.value("sha256", "") || bytes->second.size() != f.value("bytes", uint64_t{0}))
+      return false;
+    std::error_code ec;
+    fs::create_directories(dest.parent_path(), ec);
+    if (!write_file(dest, bytes->second)) return false;
+  }
+  return publish(*staging, key, entry.manifest).has_value();
+}
+
+namespace {
+
+// A benchmark result's name: the device digest, then the tensors' (hex and '-').
+bool result_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 && name.find_first_not_of("0123456789abcdef-") == std::string::npos;
+}
+
+std::optional<nlohmann::json> read_json_file(const fs::path& path) {
+  auto text = read_file(path);
+  if (!text) return std::nullopt;
+  auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+}  // namespace
+
+std::optional<nlohmann::json> DiskTier::bench_result(const std::string& key, const std::string& result) const {
+  if (!is_hex_key(key) || !result_name(result)) return std::nullopt;
+  return read_json_file(entry_dir(key) / "bench" / (result + ".json"));
+}
+
+bool DiskTier::put_bench_result(const std::string& key, const std::string& result, const nlohmann::json& value) {
+  if (!is_hex_key(key) || !result_name(result) || !fs::exists(entry_dir(key) / "manifest.json")) return false;
+  std::error_code ec;
+  fs::create_directories(entry_dir(key) / "bench", ec);
+  return write_file_atomic(entry_dir(key) / "bench" / (result + ".json"), value.dump(2)).has_value();
+}
+
+nlohmann::json DiskTier::bench_results(const std::string& key) const {
+  nlohmann::json out = nlohmann::json::object();
+  if (!is_hex_key(key)) return out;
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(entry_dir(key) / "bench", ec)) {
+    if (f.path().extension() != ".json" || !result_name(f.path().stem().string())) continue;
+    if (auto j = read_json_file(f.path())) out[f.path().stem().string()] = std::move(*j);
+  }
+  return out;
+}
+
+std::optional<nlohmann::json> DiskTier::ranking(const std::string& key) const {
+  if (!is_hex_key(key)) return std::nullopt;
+  return read_json_file(entry_dir(key) / "autotune.json");
+}
+
+bool DiskTier::put_ranking(const std::string& key, const nlohmann::json& ranking) {
+  if (!is_hex_key(key) || !fs::exists(entry_dir(key) / "manifest.json")) return false;
+  return write_file_atomic(entry_dir(key) / "autotune.json", ranking.dump(2)).has_value();
+}
+
+}  // namespace kforge::core::storage
+
+namespace kforge::core::storage {
+
+void DiskTier::touch(const std::string& key) {
   // Recency is the directory's mtime (the manifest's own identity stays put, and its memo
   // with it); written at most once a minute per entry, which is all an LRU needs.
   const int64_t now = now_seconds();
@@ -448,25 +556,25 @@ void DiskStore::touch(const std::string& key) {
   ::utimensat(AT_FDCWD, entry_dir(key).c_str(), nullptr, 0);
 }
 
-DiskStore::Pin::Pin(DiskStore& store, std::string key) : store_(store), key_(std::move(key)) {
+DiskTier::Pin::Pin(DiskTier& store, std::string key) : store_(store), key_(std::move(key)) {
   auto& shard = store_.pin_shard(key_);
   std::lock_guard lock(shard.mu);
   ++shard.pins[key_];
 }
 
-DiskStore::Pin::~Pin() {
+DiskTier::Pin::~Pin() {
   auto& shard = store_.pin_shard(key_);
   std::lock_guard lock(shard.mu);
   if (--shard.pins[key_] == 0) shard.pins.erase(key_);
 }
 
-bool DiskStore::pinned(const std::string& key) const {
+bool DiskTier::pinned(const std::string& key) const {
   auto& shard = pin_shard(key);
   std::lock_guard lock(shard.mu);
   return shard.pins.contains(key);
 }
 
-CacheStats DiskStore::stats() const {
+CacheStats DiskTier::stats() const {
   CacheStats st;
   for_each_entry(v1_ / "objects", [&](const std::string&, const fs::path& dir) {
     ++st.entries;
@@ -484,7 +592,7 @@ CacheStats DiskStore::stats() const {
   return st;
 }
 
-EvictResult DiskStore::evict(uint64_t target_bytes, uint64_t only_above) {
+EvictResult DiskTier::evict(uint64_t target_bytes, uint64_t only_above) {
   struct Entry {
     fs::file_time_type used;
     std::string key;
@@ -521,7 +629,7 @@ EvictResult DiskStore::evict(uint64_t target_bytes, uint64_t only_above) {
   return r;
 }
 
-VerifyResult DiskStore::verify_all() {
+VerifyResult DiskTier::verify_all() {
   std::vector<std::string> keys;
   for_each_entry(v1_ / "objects",
                  [&](const std::string& key, const fs::path&) { keys.push_back(key); });
@@ -534,7 +642,7 @@ VerifyResult DiskStore::verify_all() {
   return r;
 }
 
-GcResult DiskStore::collect_garbage() {
+GcResult DiskTier::collect_garbage() {
   GcResult r;
   std::vector<std::string> expired;
   for_each_entry(v1_ / "objects", [&](const std::string& key, const fs::path& dir) {
@@ -553,13 +661,13 @@ GcResult DiskStore::collect_garbage() {
   return r;
 }
 
-std::vector<std::string> DiskStore::keys() const {
+std::vector<std::string> DiskTier::keys() const {
   std::vector<std::string> keys;
   for_each_entry(v1_ / "objects", [&](const std::string& key, const fs::path&) { keys.push_back(key); });
   return keys;
 }
 
-std::vector<std::pair<std::string, std::string>> DiskStore::request_pointers() {
+std::vector<std::pair<std::string, std::string>> DiskTier::request_pointers() {
   std::vector<std::pair<std::string, std::string>> out;
   std::error_code ec;
   for (const auto& e : fs::recursive_directory_iterator(v1_ / "requests", ec)) {
@@ -571,11 +679,11 @@ std::vector<std::pair<std::string, std::string>> DiskStore::request_pointers() {
   return out;
 }
 
-uint64_t DiskStore::drop_dangling_requests() {
+uint64_t DiskTier::drop_dangling_requests() {
   return remove_files_if(v1_ / "requests", [this](const fs::path& pointer) {
     auto key = lookup_request(pointer.filename().string());
     return !key || !fs::exists(entry_dir(*key) / "manifest.json");
   });
 }
 
-}  // namespace kforge::core
+}  // namespace kforge::core::storage

@@ -4,7 +4,7 @@
 // zstd-compressed tar through a caller's writer (a file, an HTTP stream). An import reads
 // such an archive into a fresh staging directory, checks every member name against the
 // grammar below and every file against the index and its manifest, and publishes through
-// DiskStore::publish() only when all of it verified: a damaged or truncated archive
+// DiskTier::publish() only when all of it verified: a damaged or truncated archive
 // imports nothing and names the entry that failed. Importing twice publishes nothing the
 // second time (those entries are "present"). Neither throws for a bad archive or a full
 // disk: those are Errors (kBadRequest naming the entries, kInternal). The hashes detect
@@ -44,9 +44,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
-#include "core/store.hpp"
+#include "core/storage/disk_tier.hpp"
 
-namespace kforge::core {
+namespace kforge::core::storage {
 
 // --since: unix seconds ("1718000000") or an ISO-8601 UTC date or time ("2024-06-10",
 // "2024-06-10T12:00", "2024-06-10T12:00:00Z"). kBadRequest naming `field` otherwise.
@@ -72,7 +72,7 @@ class ExportSnapshot {
  public:
   // Walks the store: verified "ok" entries that pass the filters, and the request pointers
   // to them. Corrupt entries are dropped by the store's own lookup and not exported.
-  static Result<std::unique_ptr<ExportSnapshot>> take(DiskStore& store, const ExportOptions& opts);
+  static Result<std::unique_ptr<ExportSnapshot>> take(DiskTier& store, const ExportOptions& opts);
   ~ExportSnapshot();
   ExportSnapshot(const ExportSnapshot&) = delete;
   ExportSnapshot& operator=(const ExportSnapshot&) = delete;
@@ -112,6 +112,6 @@ struct ImportReport {
 // Error (kBadRequest) carries extra {"imported": 0, "present": 0, "failed": [{"key",
 // "reason"}...]}, every failed entry named (an archive cut short names the entry it was
 // reading and the ones it never reached).
-Result<ImportReport> import_archive(DiskStore& store, const std::filesystem::path& path);
+Result<ImportReport> import_archive(DiskTier& store, const std::filesystem::path& path);
 
-}  // namespace kforge::core
+}  // namespace kforge::core::storage
