@@ -269,6 +269,7 @@ bool Server::answer_fast(const FrontRequest& r, std::string& out) {
     const std::string key(key_view);
     const auto m = svc_.store.memo_manifest(key);
     if (!m) return false;
+    svc_.builder.storage().served(key, /*now=*/false);  // read-repair, off the loop
     const auto d = download_of(*m, key, what);
     if (!d) return false;
     if (none_match(r.header("If-None-Match"), d->etag)) {
@@ -463,6 +464,7 @@ void Server::kernel_routes() {
           // that is all that is read); else the entry is looked up and verified: in a
           // cluster, copied in from the shared tier if another instance built it.
           auto m = svc_.store.memo_manifest(key);
+          if (m) svc_.builder.storage().served(key, /*now=*/false);
           if (!m) m = svc_.builder.storage().find(key);
           if (!m && svc_.store.discarded(key)) {
             return send_problem(

@@ -23,21 +23,27 @@ const char* content_type(std::string_view url) {
 }
 
 // The shared tier's series (only with --redis).
-std::string shared_tier_metrics(const ClusterServices& cluster) {
+std::string shared_tier_metrics(const ClusterServices& cluster, const core::storage::Storage& storage) {
   const core::storage::RedisTierCounters c = cluster.shared->counters();
+  const auto repair = storage.repair_counts();
   const core::storage::Redis& redis = cluster.shared->redis();
   std::string out =
       "# HELP kforge_shared_tier_up Whether the shared tier (Redis) answered last time it was asked.\n"
       "# TYPE kforge_shared_tier_up gauge\nkforge_shared_tier_up " + std::to_string(redis.up() ? 1 : 0) + "\n"
       "# HELP kforge_shared_tier_total Shared-tier events: hit (entry copied in), miss, put (entry shared), "
       "error (a failed connection or command), corrupt (a blob that failed its hash: deleted), too_big, "
-      "lease_wait (a build waited for another instance), lease_takeover (then built it itself).\n"
+      "lease_wait (a build waited for another instance), lease_takeover (then built it itself), "
+      "dead_holder (the lease of an instance no longer registered, broken), repair_check (an entry served from "
+      "the local tier looked for there), repair (... and put back, whole), generation (Redis lost its data: "
+      "the local tier re-shared).\n"
       "# TYPE kforge_shared_tier_total counter\n";
   const std::pair<const char*, uint64_t> series[] = {
       {"hit", c.hits},         {"miss", c.misses},        {"put", c.puts},
       {"error", redis.errors()}, {"corrupt", c.corrupt},  {"too_big", c.too_big},
       {"lease_wait", cluster.leases ? cluster.leases->waits() : 0},
-      {"lease_takeover", cluster.leases ? cluster.leases->takeovers() : 0}};
+      {"lease_takeover", cluster.leases ? cluster.leases->takeovers() : 0},
+      {"dead_holder", cluster.leases ? cluster.leases->dead_holders() : 0},
+      {"repair_check", repair.checked}, {"repair", repair.repaired}, {"generation", repair.generations}};
   for (const auto& [name, v] : series)
     out += "kforge_shared_tier_total{event=\"" + std::string(name) + "\"} " + std::to_string(v) + "\n";
   return out;
@@ -64,6 +70,13 @@ nlohmann::json Server::cluster_json() const {
   if (svc_.cluster.leases) {
     shared["counters"]["lease_waits"] = svc_.cluster.leases->waits();
     shared["counters"]["lease_takeovers"] = svc_.cluster.leases->takeovers();
+    shared["counters"]["dead_holders"] = svc_.cluster.leases->dead_holders();
+  }
+  {
+    const auto repair = svc_.builder.storage().repair_counts();
+    shared["counters"]["repair_checks"] = repair.checked;
+    shared["counters"]["repairs"] = repair.repaired;
+    shared["counters"]["generations"] = repair.generations;
   }
   return {{"shared_tier", shared},
           {"instances", svc_.cluster.registry ? svc_.cluster.registry->instances() : nlohmann::json::array()}};
@@ -165,7 +178,7 @@ void Server::status_routes() {
           g.benchmark_runs = svc_.bencher.runs();
           g.sandbox_failures = svc_.sandbox.failures();
           std::string text = metrics_.render(g, hits_);
-          if (svc_.cluster.shared) text += shared_tier_metrics(svc_.cluster);
+          if (svc_.cluster.shared) text += shared_tier_metrics(svc_.cluster, svc_.builder.storage());
           if (front_) {  // the event front (plain HTTP): where requests were answered
             const auto c = front_->counts();
             auto counter = [&](const char* name, const char* help, uint64_t v) {

@@ -253,6 +253,9 @@ Result<BuildResult> Builder::build(const BuildPlan& plan) {
 std::shared_ptr<const nlohmann::json> Builder::find_answer(const std::string& request_key, bool local_only) {
   auto key = storage_.find_request(request_key, local_only);
   if (!key) return nullptr;
+  // An event loop answers only what the shared tier holds too: a client downloads next,
+  // perhaps from another instance. The rest is answered by a worker, which repairs first.
+  if (local_only && !storage_.known_shared(*key)) return nullptr;
   auto m = local_only ? storage_.local().lookup(*key) : storage_.find(*key);
   if (!m || m->value("status", "") != "ok") return nullptr;
   storage_.local().touch(*key);

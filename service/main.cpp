@@ -446,8 +446,8 @@ int serve(const Args& a) {
     redis = std::make_unique<core::storage::Redis>(core::storage::Redis::Options{*url});
     shared = std::make_unique<core::storage::RedisTier>(*redis, num("redis-max-blob"),
                                                         [&store] { return store->now_seconds(); });
-    leases = std::make_unique<core::cluster::Leases>(*redis, cfg.instance);
     registry = std::make_unique<core::cluster::Registry>(*redis, cfg.instance);
+    leases = std::make_unique<core::cluster::Leases>(*redis, cfg.instance, registry.get());
     std::cerr << "kforge: shared tier " << url->redacted() << " as instance " << cfg.instance
               << (redis->probe() ? " (up)" : " (down: serving from the local tier until it answers)") << "\n";
   }

@@ -10,7 +10,8 @@ namespace kforge::core::cluster {
 
 using storage::Redis;
 
-Leases::Leases(Redis& redis, std::string instance) : redis_(redis), instance_(std::move(instance)) {}
+Leases::Leases(Redis& redis, std::string instance, Registry* registry)
+    : redis_(redis), instance_(std::move(instance)), registry_(registry) {}
 
 std::string Leases::owner_token() const {
   static const std::string nonce = [] {
@@ -36,6 +37,19 @@ void Leases::release(const std::string& key) {
   static const std::string kRelease =
       "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
   redis_.command({"EVAL", kRelease, "1", Redis::key("lease", key), owner_token()});
+}
+
+bool Leases::break_dead(const std::string& key) {
+  if (!registry_) return false;
+  auto holder = redis_.command({"GET", Redis::key("lease", key)});
+  if (!holder || !holder->ok() || holder->nil()) return false;
+  const std::string token = holder->str;  // instance:pid:nonce
+  const std::string instance = token.substr(0, token.find(':'));
+  if (instance.empty() || registry_->alive(instance).value_or(true)) return false;
+  static const std::string kBreak =
+      "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+  auto r = redis_.command({"EVAL", kBreak, "1", Redis::key("lease", key), token});
+  return r && r->ok() && r->integer > 0;
 }
 
 bool Leases::leased(const std::string& key) {

@@ -4,6 +4,11 @@
 // and releases it with a compare-and-delete, so a holder that dies stops renewing and its
 // lease expires after the TTL, when a waiter takes the build over.
 //
+// A waiter does not wait out the TTL of a dead holder: each poll it asks the instance
+// registry (core/cluster/registry.hpp) whether the holder's instance is still registered;
+// an instance SIGKILLed stops writing its registry key, which expires (10 s), and the
+// waiter then removes that holder's lease (compare-and-delete) and takes the build over.
+//
 // With Redis down, acquire() grants every lease: each instance builds for itself (a
 // cluster without Redis is several independent caches, never a stuck one).
 #pragma once
@@ -16,13 +21,15 @@
 #include <string>
 #include <thread>
 
+#include "core/cluster/registry.hpp"
 #include "core/storage/redis.hpp"
 
 namespace kforge::core::cluster {
 
 class Leases {
  public:
-  Leases(storage::Redis& redis, std::string instance);
+  // `registry` (may be null) tells a dead holder's lease from a live one's.
+  Leases(storage::Redis& redis, std::string instance, Registry* registry = nullptr);
 
   // Whether this instance now holds the lease on `key` (or Redis is down).
   bool acquire(const std::string& key, std::chrono::milliseconds ttl);
@@ -30,6 +37,9 @@ class Leases {
   void release(const std::string& key);
   // Whether some instance holds the lease on `key` (false when Redis is down).
   bool leased(const std::string& key);
+  // Removes the lease on `key` when its holder's instance is no longer registered; whether
+  // it did.
+  bool break_dead(const std::string& key);
 
   // Holds the lease on `key` while it lives, renewing it every ttl/3; releases it after.
   class Holder {
@@ -61,6 +71,7 @@ class Leases {
         joined = true;
         return std::move(*r);
       }
+      if (break_dead(key)) dead_holders_++;
     }
     if (waited) takeovers_++;
     Holder holder(*this, key, ttl);
@@ -73,13 +84,15 @@ class Leases {
 
   uint64_t waits() const { return waits_.load(); }          // builds that waited on another's lease
   uint64_t takeovers() const { return takeovers_.load(); }  // ... and then took it over
+  uint64_t dead_holders() const { return dead_holders_.load(); }  // leases of dead instances broken
 
  private:
   std::string owner_token() const;
 
   storage::Redis& redis_;
   std::string instance_;
-  std::atomic<uint64_t> waits_{0}, takeovers_{0};
+  Registry* registry_;
+  std::atomic<uint64_t> waits_{0}, takeovers_{0}, dead_holders_{0};
 };
 
 }  // namespace kforge::core::cluster

@@ -10,6 +10,12 @@ void Registry::heartbeat(const nlohmann::json& status, std::chrono::milliseconds
   redis_.command({"SET", Redis::key("instance", instance_), status.dump(), "PX", std::to_string(ttl.count())});
 }
 
+std::optional<bool> Registry::alive(const std::string& instance) {
+  auto r = redis_.command({"EXISTS", Redis::key("instance", instance)});
+  if (!r || !r->ok()) return std::nullopt;
+  return r->integer > 0;
+}
+
 nlohmann::json Registry::instances() {
   nlohmann::json out = nlohmann::json::array();
   std::string cursor = "0";

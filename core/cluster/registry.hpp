@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,8 @@ class Registry {
   void heartbeat(const nlohmann::json& status, std::chrono::milliseconds ttl);
   // Every registered instance's status (empty when Redis is down).
   nlohmann::json instances();
+  // Whether `instance` is registered now; nullopt when Redis cannot say (down).
+  std::optional<bool> alive(const std::string& instance);
   const std::string& instance() const { return instance_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "core/storage/redis_tier.hpp"
 
 #include <iostream>
+#include <random>
 
 #include "core/hash.hpp"
 
@@ -113,6 +114,20 @@ std::optional<nlohmann::json> RedisTier::get_autotune(const std::string& akey) {
 bool RedisTier::put_autotune(const std::string& akey, const nlohmann::json& ranking) {
   auto r = redis_.command({"SET", Redis::key("autotune", akey), ranking.dump()});
   return r && r->ok();
+}
+
+std::optional<std::string> RedisTier::generation() {
+  const std::string key = "kforge:v1:generation";
+  auto r = redis_.command({"GET", key});
+  if (!r || !r->ok()) return std::nullopt;
+  if (!r->nil()) return r->str;
+  // None: a fresh (or emptied) Redis. The first instance to ask names the generation.
+  std::random_device rd;
+  const std::string mine = std::to_string(rd()) + std::to_string(rd());
+  redis_.command({"SET", key, mine, "NX"});
+  r = redis_.command({"GET", key});
+  if (!r || !r->ok() || r->nil()) return std::nullopt;
+  return r->str;
 }
 
 nlohmann::json RedisTier::to_json() const {

@@ -8,6 +8,9 @@
 //                       negative entries carry a TTL (their expires_at)
 //   request:<rkey>      the request-key memo: the kernel key a request resolves to
 //   autotune:<akey>     an autotune ranking, for instances with the same device
+//   generation          a random name set by the first instance that finds none: a Redis
+//                       restarted empty (or flushed) has none, so the instances see a new
+//                       generation and put back what they hold (Storage's read-repair)
 // Write order: every blob of an entry, then its manifest, so a reader that sees a manifest
 // finds its blobs — unless Redis evicted one since, which the reader sees as a miss (a blob
 // is checked against its sha256 and size before use; a corrupt one is deleted, never used).
@@ -46,6 +49,8 @@ class RedisTier final : public Tier {
   bool put_request(const std::string& rkey, const std::string& key) override;
   std::optional<nlohmann::json> get_autotune(const std::string& akey) override;
   bool put_autotune(const std::string& akey, const nlohmann::json& ranking) override;
+  std::optional<std::string> generation() override;
+  bool available() override { return redis_.up(); }
 
   Redis& redis() { return redis_; }
   uint64_t max_blob() const { return max_blob_; }

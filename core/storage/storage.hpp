@@ -10,10 +10,26 @@
 //
 // The local tier itself (DiskTier) stays reachable for what only it does: pins, the hit
 // path's memos, upkeep (eviction, gc, verify, export and import).
+//
+// Read-repair (docs/SCALING.md): whatever answers with an entry from the local tier says
+// so (served()); an entry the shared tier lacks, or holds only in part (a manifest whose
+// blob Redis evicted), is put back whole, blobs before manifest, once per entry in each of
+// the shared tier's generations (Tier::generation(): a Redis restarted empty is a new one).
+// A worker repairs before it answers, so a client that downloads next from another
+// instance finds the entry; an event loop hands the key to the repair thread, which also
+// re-shares the whole local tier, in the background, when it sees a new generation. So
+// the cluster's URLs stay fetchable after Redis loses its data, and its hot set is shared
+// again by the traffic itself.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 
@@ -27,8 +43,12 @@ namespace kforge::core::storage {
 
 class Storage {
  public:
-  // `shared` may be null (a single instance).
-  explicit Storage(DiskTier& local, Tier* shared = nullptr) : local_(local), shared_(shared) {}
+  // `shared` may be null (a single instance); with one, a repair thread runs until the
+  // destructor.
+  explicit Storage(DiskTier& local, Tier* shared = nullptr);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
 
   DiskTier& local() { return local_; }
   Tier* shared() const { return shared_; }
@@ -52,11 +72,40 @@ class Storage {
   std::optional<nlohmann::json> find_autotune(const std::string& autotune_key);
   void remember_autotune(const std::string& autotune_key, const nlohmann::json& ranking);
 
+  // An answer names entry `key`, which the local tier has: make sure the shared tier has it
+  // too. `now`: before returning (a worker thread); else queued (an event loop, which never
+  // waits on the network). Cheap when the entry is known shared in this generation.
+  void served(const std::string& key, bool now);
+  // Whether the shared tier is known to hold entry `key` in its current generation (true
+  // when there is no shared tier): an event loop answers only such entries, and leaves the
+  // others to a worker, which repairs before it answers.
+  bool known_shared(const std::string& key) const;
+
+  struct RepairCounts {
+    uint64_t checked = 0;      // entries looked for in the shared tier
+    uint64_t repaired = 0;     // ... and put back there, whole
+    uint64_t generations = 0;  // new generations of the shared tier seen (each re-shares the local tier)
+  };
+  RepairCounts repair_counts() const { return {checked_.load(), repaired_.load(), generations_.load()}; }
+
  private:
   void share(const nlohmann::json& manifest);
+  void repair(const std::string& key);
+  void repair_main(std::stop_token stop);
+  void check_generation();
 
   DiskTier& local_;
   Tier* shared_;
+  // Entries the shared tier had (or was given) in generation n: key -> n.
+  ShardedMap<uint64_t> shared_known_{65536};
+  std::atomic<uint64_t> generation_{0};
+  std::optional<std::string> generation_name_;  // the repair thread's alone
+  std::atomic<uint64_t> checked_{0}, repaired_{0}, generations_{0};
+  std::mutex queue_mu_;
+  std::condition_variable_any queue_cv_;
+  std::deque<std::string> queue_;
+  bool resync_ = false;  // re-share every local entry (a new generation)
+  std::jthread repairer_;  // last: stops (and joins) before the members it uses go
 };
 
 }  // namespace kforge::core::storage

@@ -52,6 +52,13 @@ class Tier {
 
   virtual std::optional<nlohmann::json> get_autotune(const std::string& autotune_key) = 0;
   virtual bool put_autotune(const std::string& autotune_key, const nlohmann::json& ranking) = 0;
+
+  // Names what the tier holds now: it changes when the tier may have lost entries (a Redis
+  // restarted empty), and is nullopt when the tier cannot say (down). A tier that never
+  // loses anything on its own (the disk) answers the same name forever.
+  virtual std::optional<std::string> generation() { return std::string("stable"); }
+  // Whether the tier answered lately (false: a call now would fail fast).
+  virtual bool available() { return true; }
 };
 
 }  // namespace kforge::core::storage

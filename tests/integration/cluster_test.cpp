@@ -7,6 +7,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <iostream>
+#include <mutex>
+#include <set>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -65,11 +68,11 @@ class Cluster : public ::testing::Test {
     ASSERT_TRUE(wait_for_port(redis_port_)) << "redis-server did not start";
   }
 
-  void start_instance(const std::string& id) {
+  void start_instance(const std::string& id, const std::string& lease_ttl = "3") {
     servers_[id] = std::make_unique<ServerProcess>(
         scratch_ / ("cache-" + id), scratch_ / ("server-" + id + ".log"),
         std::vector<std::string>{"--redis", "redis://127.0.0.1:" + std::to_string(redis_port_), "--instance-id", id,
-                                 "--redis-lease-ttl", "3", "--compile-jobs", "2"});
+                                 "--redis-lease-ttl", lease_ttl, "--compile-jobs", "2"});
   }
 
   void start_nginx() {
@@ -373,6 +376,140 @@ TEST_F(Cluster, AmbiguousRequestsThroughNginxSmuggleNothingIntoKforge) {
     for (const auto& path : paths)
       EXPECT_EQ(log.find("\"" + path + "\""), std::string::npos) << "instance " << id << " answered " << path;
   }
+}
+
+// Issue 44: under a mixed load through nginx, an instance is SIGKILLed and later Redis is
+// killed and restarted empty. Afterwards every artifact URL that any 200 answer gave
+// downloads through nginx with its sha256 — the instances put back what they hold (read-
+// repair, and a re-share of the local tier when Redis comes back empty) — except where
+// every copy of the entry died; asking again through nginx then gives URLs that download.
+TEST_F(Cluster, EveryUrlAnAnswerGaveDownloadsAfterAnInstanceAndRedisDie) {
+  struct Given {
+    std::string body, url, sha, key;
+  };
+  std::mutex mu;
+  std::vector<Given> given;
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0}, failed{0};
+  // Cold sources (each a new kernel) and repeats of a small set (hits on whichever instance).
+  auto client = [&](int who) {
+    auto c = via_nginx();
+    for (int i = 0; !stop; ++i) {
+      const int factor = i % 3 == 0 ? 300 + who * 1000 + i : 200 + (who * 7 + i) % 12;
+      const std::string body = scale_request(factor);
+      auto r = c.Post("/kernels", body, "application/json");
+      if (!r || r->status != 200) {
+        failed++;
+        continue;
+      }
+      answered++;
+      auto j = json::parse(r->body);
+      std::lock_guard lock(mu);
+      given.push_back({body, j["artifact"]["url"], j["artifact"]["sha256"], j["key"]});
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) clients.emplace_back(client, i);
+  auto wait_answers = [&](int n) {
+    for (int i = 0; i < 600 && answered < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  };
+  wait_answers(40);
+  servers_["b"]->kill9();
+  wait_answers(answered + 40);
+  redis_->kill(SIGKILL);
+  start_redis();  // empty, on the same port
+  wait_answers(answered + 60);
+  stop = true;
+  for (auto& t : clients) t.join();
+  ASSERT_GE(answered.load(), 140);
+
+  // The live instances see the new generation and re-share their local tiers.
+  for (const char* id : {"a", "c"}) {
+    double generations = 0;
+    for (int i = 0; i < 200 && generations < 1; ++i) {
+      generations = metric(*servers_[id], "kforge_shared_tier_total{event=\"generation\"}");
+      if (generations < 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_GE(generations, 1) << "instance " << id << " never saw Redis come back empty";
+  }
+  // Every URL downloads through nginx and matches its sha256 (the re-share runs in the
+  // background: a URL gets a few seconds), or its entry died with b and Redis.
+  auto c = via_nginx();
+  size_t downloaded = 0, asked_again = 0;
+  std::set<std::string> checked;
+  for (const auto& g : given) {
+    if (!checked.insert(g.url).second) continue;
+    std::optional<httplib::Result> r;
+    for (int i = 0; i < 50; ++i) {
+      r.emplace(c.Get(g.url));
+      if (*r && (*r)->status == 200) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (*r && (*r)->status == 200) {
+      EXPECT_EQ(core::sha256_hex((*r)->body), g.sha) << g.url;
+      ++downloaded;
+      continue;
+    }
+    // No copy left: not on a's or c's disk, not in Redis.
+    for (const char* id : {"a", "c"})
+      EXPECT_FALSE(fs::exists(scratch_ / ("cache-" + std::string(id)) / "v1" / "objects" / g.key.substr(0, 2) / g.key / "kernel.so"))
+          << g.url << " is on " << id << "'s disk but does not download through nginx";
+    EXPECT_TRUE(redis({"EXISTS", "kforge:v1:manifest:" + g.key}) == json(0)) << g.url;
+    auto again = c.Post("/kernels", g.body, "application/json");
+    ASSERT_TRUE(again && again->status == 200) << g.url;
+    auto j = json::parse(again->body);
+    auto so = c.Get(j["artifact"]["url"].get<std::string>());
+    ASSERT_TRUE(so && so->status == 200) << "asked again: " << j["artifact"]["url"];
+    EXPECT_EQ(core::sha256_hex(so->body), j["artifact"]["sha256"]);
+    ++asked_again;
+  }
+  std::cout << "[ cluster  ] " << answered << " answers (" << failed << " failed while nginx moved on), "
+            << checked.size() << " URLs: " << downloaded << " downloaded, " << asked_again
+            << " asked again (every copy died)\n";
+  double repairs = 0;
+  for (const char* id : {"a", "c"}) repairs += metric(*servers_[id], "kforge_shared_tier_total{event=\"repair\"}");
+  EXPECT_GT(repairs, 0) << "the live instances put entries back into the emptied Redis";
+}
+
+// Issue 44: a waiter on the build lease of an instance that was SIGKILLed takes the build
+// over once that instance's registry key expires (10 s after its last heartbeat, written
+// every 2 s), plus one 200 ms poll — not after the lease's 60 s TTL.
+TEST_F(Cluster, ALeaseOfAKilledInstanceIsTakenOverWhenItsRegistrationExpires) {
+  start_instance("d", "60");
+  start_instance("e", "60");
+  const std::string body = slow_request(17);
+  auto started = servers_["d"]->client().Post("/kernels", {{"Prefer", "respond-async"}}, body, "application/json");
+  ASSERT_TRUE(started && started->status == 202);
+  std::string lease;
+  for (int i = 0; i < 200; ++i) {
+    auto keys = redis({"KEYS", "kforge:v1:lease:*"});
+    if (keys.is_array() && !keys.empty()) {
+      lease = keys[0];
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_FALSE(lease.empty()) << "d holds the build lease";
+  auto waiter = std::async(std::launch::async, [&] { return post_json(*servers_["e"], "/kernels", body); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // e is waiting on the lease
+  const auto killed = std::chrono::steady_clock::now();
+  servers_["d"]->kill9();
+  // The lease passes to e: its holder token starts with "e:".
+  double takeover_s = -1;
+  for (int i = 0; i < 600 && takeover_s < 0; ++i) {
+    std::string holder;
+    redis({"GET", lease}, &holder);
+    if (holder.starts_with("e:"))
+      takeover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::cout << "[ cluster  ] the lease of the killed instance was taken over after " << takeover_s << " s\n";
+  ASSERT_GE(takeover_s, 0) << "e never took the lease over";
+  EXPECT_LE(takeover_s, 10.0 + 0.2 + 1.0) << "registry expiry (10 s) plus one poll (0.2 s), and a second of slack";
+  auto r = waiter.get();
+  expect_scales(*servers_["e"], r, 17);
+  EXPECT_EQ(metric(*servers_["e"], "kforge_shared_tier_total{event=\"dead_holder\"}"), 1);
 }
 
 }  // namespace
