@@ -15,11 +15,14 @@ Shapes (issue 15): square 1024..8192; LLM projections, M in {1, 16, 128, 2048, 8
 products; float16 and bfloat16; layouts NN, NT, TN, TT; with and without a bias + gelu epilogue (the
 tanh form, which cuBLASLt fuses; --epilogue bias_gelu asks for the erf form).
 --quick keeps one dtype, layout NN and no epilogue, unless --dtypes, --layouts or --epilogue say otherwise.
+--random N --seed S instead draws N shapes nobody tuned for (random_shapes(): M, N, K from the
+ranges of real models, ragged on purpose); the seed is printed with the results.
 
 Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
                            [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt]
                            [--epilogue none,bias,gelu,gelu_tanh,bias_gelu,bias_gelu_tanh]
-                           [--groups square,llm,bmm | --shapes 2048x11008x1024,...] [--budget-ms 100] [--jobs 16]
+                           [--groups square,llm,bmm | --shapes 2048x11008x1024,... | --random 64 --seed S]
+                           [--budget-ms 100] [--jobs 16]
                            [--params '{"mma": "wgmma", ...}']
 """
 import argparse
@@ -44,6 +47,51 @@ BMM = [(32, 2048, 2048, 128), (32, 2048, 128, 2048), (64, 512, 512, 64), (64, 51
 GELU_TANH = {"op": "gelu", "approximate": "tanh"}
 EPILOGUES = {"none": [], "bias": [{"op": "add", "input": 2}], "gelu": [{"op": "gelu"}], "gelu_tanh": [GELU_TANH],
              "bias_gelu": [{"op": "add", "input": 2}, {"op": "gelu"}], "bias_gelu_tanh": [{"op": "add", "input": 2}, GELU_TANH]}
+
+
+def random_shapes(n, seed):
+    """n (1, M, N, K) shapes drawn the way real models make them, with ragged sizes on purpose.
+
+    M is the tokens of a step: anything from a decode (1-64) to a prefill (up to 16384), drawn
+    log-uniformly; a third of the time it is odd, a third of the time one past a multiple of 64
+    (257: a tile boundary). N and K are a model's widths and their multiples (hidden sizes of
+    1024-8192, MLP ratios 2.67-4, head groups), with one in four bent off the power-of-two
+    grid (a multiple of 8 but not of 64, like 5120+8) or one past a multiple of 64. A shape
+    whose operands pass 2 GiB is drawn again. Deterministic for a seed (random.Random)."""
+    import random
+    rng = random.Random(seed)
+    widths = [1024, 1536, 2048, 2560, 3072, 4096, 5120, 6144, 7168, 8192]
+
+    def ragged(x):
+        r = rng.random()
+        if r < 0.15:
+            return x + 8 * rng.randint(1, 7)  # off the 64 grid, still a multiple of 8
+        if r < 0.25:
+            return x + 1
+        return x
+
+    out = []
+    while len(out) < n:
+        m = int(round(math.exp(rng.uniform(math.log(1), math.log(16384)))))
+        r = rng.random()
+        if r < 1 / 3:
+            m |= 1
+        elif r < 2 / 3:
+            m = 64 * max(1, m // 64) + 1
+        m = max(1, min(m, 16384))
+        h = rng.choice(widths)
+        kind = rng.random()
+        if kind < 0.4:  # an up projection: hidden -> MLP width
+            n_, k_ = int(h * rng.choice([2.6875, 3.5, 4.0]) // 64 * 64), h
+        elif kind < 0.8:  # a down projection
+            n_, k_ = h, int(h * rng.choice([2.6875, 3.5, 4.0]) // 64 * 64)
+        else:  # a square-ish one (attention output, QKV)
+            n_, k_ = h * rng.choice([1, 1, 3]), h
+        n_, k_ = ragged(n_), ragged(k_)
+        if 2 * (m * k_ + k_ * n_ + m * n_) > 2 << 30:
+            continue
+        out.append((1, m, n_, k_))
+    return out
 
 
 def operand(name, dtype, batch, rows, cols, transposed):
@@ -145,6 +193,8 @@ def main():
     ap.add_argument("--budget-ms", type=float, default=100)
     ap.add_argument("--only", default="", help="keep the shapes named BxMxNxK or MxNxK, comma-separated")
     ap.add_argument("--shapes", default="", help="these shapes (BxMxNxK or MxNxK, comma-separated) instead of the suite's groups")
+    ap.add_argument("--random", type=int, default=0, help="N shapes drawn by random_shapes() instead of the suite's groups")
+    ap.add_argument("--seed", type=int, default=None, help="the seed of --random (default: from the clock; printed)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 4, help="requests in flight (compiles run in parallel)")
     ap.add_argument("--compile-jobs", type=int, default=0,
                     help="the service's compile workers (default: --jobs); with --jobs 1, cases run one after the other "
@@ -162,6 +212,11 @@ def main():
         shapes += {"square": SQUARE, "llm": LLM, "bmm": BMM}[g]
     if args.shapes:
         shapes = [tuple(([1] if len(d) == 3 else []) + d) for d in ([int(x) for x in t.split("x")] for t in args.shapes.split(","))]
+    if args.random:
+        if args.seed is None:
+            args.seed = int(time.time()) % 1000003
+        shapes = random_shapes(args.random, args.seed)
+        print(f"# random shapes: --random {args.random} --seed {args.seed}", flush=True)
     if args.only:
         keep = set(args.only.split(","))
         shapes = [s for s in shapes if "x".join(map(str, s[1:])) in keep or "x".join(map(str, s)) in keep]
