@@ -1005,26 +1005,37 @@ def _source_digest() -> str:
 
 
 def _fuse_pass(previous: Any, margin: float) -> Any:
-    """The post-grad CustomGraphPass (a uuid keeps Inductor's FX graph cache on)."""
-    from torch._inductor.custom_graph_pass import CustomGraphPass
+    """The post-grad CustomGraphPass (its uuid keeps Inductor's FX graph cache on). The class is
+    made once and published as ``kforge.inductor.KforgeFuseEpilogues``, so the pass pickles by
+    reference wherever Inductor copies its config."""
+    cls = globals().get("KforgeFuseEpilogues")
+    if cls is None:
+        from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    class KforgeFuseEpilogues(CustomGraphPass):
-        def __call__(self, graph: Any) -> None:
-            if previous is not None:
-                previous(graph)
-            if _integration is None:
-                return
-            try:
-                _fuse_epilogues(graph, _integration, margin)
-            except Exception as e:  # noqa: BLE001 - a failed pass never fails the compile
-                log.warning("kforge: the epilogue pass stopped (%s: %s); the rest of the graph is Inductor's",
-                            type(e).__name__, e)
+        class KforgeFuseEpilogues(CustomGraphPass):
+            def __init__(self, previous: Any, margin: float) -> None:
+                self.previous, self.margin = previous, margin
 
-        def uuid(self) -> Any:
-            prev = getattr(previous, "uuid", lambda: repr(previous))() if previous is not None else None
-            return f"kforge-fuse-epilogues-{_source_digest()}-{margin}-{prev}"
+            def __call__(self, graph: Any) -> None:
+                if self.previous is not None:
+                    self.previous(graph)
+                if _integration is None:
+                    return
+                try:
+                    _fuse_epilogues(graph, _integration, self.margin)
+                except Exception as e:  # noqa: BLE001 - a failed pass never fails the compile
+                    log.warning("kforge: the epilogue pass stopped (%s: %s); the rest of the graph is Inductor's",
+                                type(e).__name__, e)
 
-    return KforgeFuseEpilogues()
+            def uuid(self) -> Any:
+                prev = self.previous
+                prev_id = getattr(prev, "uuid", lambda: repr(prev))() if prev is not None else None
+                return f"kforge-fuse-epilogues-{_source_digest()}-{self.margin}-{prev_id}"
+
+        KforgeFuseEpilogues.__module__ = __name__
+        KforgeFuseEpilogues.__qualname__ = "KforgeFuseEpilogues"
+        globals()["KforgeFuseEpilogues"] = cls = KforgeFuseEpilogues
+    return cls(previous, margin)
 
 
 def _install_kernels(hook: Hook, tuning: str, benchmark: Optional[Dict[str, Any]], fuse: bool,
