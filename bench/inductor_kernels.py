@@ -119,22 +119,30 @@ def child(spec):
         dtype = getattr(torch, dtype_name)
         gen = torch.Generator(device="cuda").manual_seed(0)
         args = [torch.randn(m, HIDDEN, device="cuda", generator=gen).to(dtype)] + weights(torch, model, dtype, gen)
+        for t in args:  # CUDA graphs read them in place (else every replay copies the weights in)
+            torch._dynamo.mark_static_address(t)
         with torch.no_grad():
             ref = function(model, "eager")(*args).float()
         case = {"model": model, "dtype": dtype_name, "m": m, "device": dev, "variants": {}}
         fns = {}
         for variant in spec["variants"]:
             ki.uninstall()
-            if variant == "with":
-                ki.install(spec["url"], kernels=True, kernel_benchmark=KERNEL_BENCHMARK)
             before = len(autotunes)
             fx_before = dict(counters["inductor"])
-            f = torch.compile(function(model, variant), mode="max-autotune", dynamic=False)
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out, code = run_and_get_code(f, *args)
-            torch.cuda.synchronize()
-            compile_s = time.perf_counter() - t0
+            try:
+                if variant == "with":
+                    ki.install(spec["url"], kernels=True, kernel_benchmark=KERNEL_BENCHMARK)
+                f = torch.compile(function(model, variant), mode="max-autotune", dynamic=False)
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    out, code = run_and_get_code(f, *args)
+                torch.cuda.synchronize()
+                compile_s = time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001 - the other cases still run
+                import traceback
+                traceback.print_exc()
+                case["variants"][variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                continue
             text = "\n".join(code)
             err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
             v = {"compile_s": round(compile_s, 2), "rel_err_vs_eager": err,
@@ -154,8 +162,11 @@ def child(spec):
             case["variants"][variant] = v
             fns[variant] = f
         ki.uninstall()  # compiled graphs keep running their kforge kernels
-        if spec.get("time_steps"):
-            case["step_ms"] = time_interleaved(torch, fns, args, spec.get("rounds", 7))
+        if spec.get("time_steps") and fns:
+            try:
+                case["step_ms"] = time_interleaved(torch, fns, args, spec.get("rounds", 7))
+            except Exception as e:  # noqa: BLE001
+                case["step_error"] = f"{type(e).__name__}: {e}"[:2000]
         results.append(case)
         print("CASE " + json.dumps(case), flush=True)
     print("RESULT " + json.dumps(results), flush=True)
@@ -332,6 +343,9 @@ def print_report(report):
         for name, r in A["runs"].items():
             for c in r.get("cases") or []:
                 for var, v in c["variants"].items():
+                    if "error" in v:
+                        print(f"| {name} | error: {v['error'][:200]} | | | | | | | |")
+                        continue
                     kf = v.get("kforge", {})
                     sc = A["server_compiles"].get(name.split()[0], "")
                     print(f"| {name} | {v['compile_s']:.1f} | {r['process_s']:.0f} | {v['kforge_calls']} | {kf.get('fused', '')} | "
@@ -349,6 +363,9 @@ def print_report(report):
         for dt, r in B["runs"].items():
             for c in r.get("cases") or []:
                 w, k = c["variants"].get("without", {}), c["variants"].get("with", {})
+                for var, v in c["variants"].items():
+                    if "error" in v:
+                        print(f"| {c['model']} | {c['dtype']} | {c['m']} | {var} failed: {v['error'][:200]} | | | | | | |")
                 st = c.get("step_ms", {})
                 tw, tk = st.get("without", {}).get("median"), st.get("with", {}).get("median")
                 sp = f"{tw / tk:.3f}×" if tw and tk else "?"

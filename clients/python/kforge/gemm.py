@@ -421,6 +421,7 @@ class Integration:
         self.launcher = launcher
         self._launches: Dict[Tuple[str, str], Launch] = {}
         self._verified: Dict[str, bool] = {}
+        self._strides: Dict[str, Tuple[Tuple[int, ...], ...]] = {}  # a strides= signature, parsed
         self._warned: set = set()
         self._lock = threading.Lock()
 
@@ -518,7 +519,11 @@ class Integration:
         ``out`` on the current stream; ATen instead (counted, warned once) when the tensors'
         strides are not the ones the kernel was built for or the kernel cannot be had."""
         self.stats.runs += 1
-        if strides and strides != signature_of(t.stride() for t in (*args, out)):
+        expected = self._strides.get(strides)
+        if expected is None:
+            expected = self._strides[strides] = tuple(
+                tuple(int(x) for x in part.split(",") if x != "") for part in strides.split("|")) if strides else ()
+        if expected and expected != tuple(tuple(t.stride()) for t in (*args, out)):
             self.stats.runtime_fallbacks += 1
             self._warn_once("layout" + kernel, "kforge: %s was built for strides %s, called with %s: ATen runs "
                             "instead", kernel, strides, signature_of(t.stride() for t in (*args, out)))
