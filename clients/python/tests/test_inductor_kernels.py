@@ -445,3 +445,34 @@ def test_a_manifest_on_disk_for_another_key_is_not_trusted(cuda_server, tmp_path
         gemm.GemmKernels(dead_client(tmp_path)).by_key("cd" * 32)
     with pytest.raises(ValueError):
         gemm.GemmKernels(NoServer()).by_key("../etc/passwd")
+
+
+class StandInHook:
+    """kforge.inductor.Hook as Integration uses it: blocked() and failed()."""
+
+    def __init__(self, blocked=None) -> None:
+        self._blocked = blocked
+        self.failures: List[BaseException] = []
+
+    def blocked(self):
+        return self._blocked
+
+    def failed(self, e, seconds):
+        self.failures.append(e)
+        return "unreachable", str(e)
+
+
+def test_an_open_breaker_leaves_inductors_choices_without_a_request(tmp_path):
+    integ = integration(NoServer(), tmp_path, hook=StandInHook(("breaker_open", "kforge is down")))
+    extern = ExternChoice()
+    assert integ.offer("mm", ["aten"], [Node(row(16, 64)), Node(row(64, 128))], Layout(row(16, 128)), extern) == ["aten"]
+    assert extern.bound == [] and integ.stats.refused == {"server_down": 1}
+
+
+def test_a_server_that_is_gone_costs_one_failure_and_keeps_inductors_choices(tmp_path):
+    hook = StandInHook()
+    integ = integration(dead_client(tmp_path), tmp_path, hook=hook)
+    extern = ExternChoice()
+    assert integ.offer("mm", ["aten"], [Node(row(16, 64)), Node(row(64, 128))], Layout(row(16, 128)), extern) == ["aten"]
+    assert extern.bound == [] and integ.stats.refused == {"error": 1}
+    assert len(hook.failures) == 1 and isinstance(hook.failures[0], kforge.ConnectionFailed)
