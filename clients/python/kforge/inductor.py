@@ -46,6 +46,8 @@ from .cache import atomic_write
 from .client import Client
 from .errors import (CompileError, ConnectionFailed, Forbidden, IntegrityError, KforgeError, Stalled,
                      Unauthorized, Unavailable)
+from .gemm import (AUTOTUNED, TOLERANCE, GemmKernels, Integration, KernelStats, Launch, Operand, Problem,
+                   Unsupported, arch_for, dtype_name, fused_wins, problem, within_tolerance)
 
 log = logging.getLogger("kforge.inductor")
 
@@ -611,8 +613,18 @@ def wrap_selector(cls: Any, hook: Hook) -> None:
 def install(url: Optional[str] = None, *, token: Optional[str] = None, fallback: bool = True,
             libraries: Optional[Dict[str, str]] = None, heartbeat: float = 30.0,
             connect_timeout: float = 2.0, backoff: float = 1.0, backoff_cap: float = 60.0,
-            client: Optional[Client] = None) -> Hook:
+            client: Optional[Client] = None, kernels: bool = False, kernel_tuning: str = "autotune",
+            kernel_benchmark: Optional[Dict[str, Any]] = None, fuse_epilogues: bool = True,
+            fused_margin: float = 0.0) -> Hook:
     """Routes Inductor's CUDA and ROCm template compiles to the kforge at ``url``.
+
+    ``kernels=True`` also makes kforge's own gemm a choice wherever Inductor autotunes a
+    matmul kforge takes (``mm``, ``addmm``, ``bmm``; CUDA float16/bfloat16), and with
+    ``fuse_epilogues`` replaces a matmul + bias + relu/gelu/silu by kforge's fused kernel where
+    that kernel beats ATen's ways of doing the same (``fused_margin``: by at least that
+    fraction). ``kernel_tuning``: ``"autotune"`` (the server's ranking of its default choices)
+    or ``"default"`` (the template's default parameters); ``kernel_benchmark`` the autotune's
+    ``benchmark`` object. See :func:`kernel_stats`.
 
     ``libraries`` defaults to ``{"cutlass": config.cutlass.cutlass_dir, "ck": config.rocm.ck_dir}``
     (the names the server's ``--library`` flags must use). ``heartbeat``: a compile whose
@@ -665,23 +677,404 @@ def install(url: Optional[str] = None, *, token: Optional[str] = None, fallback:
         from torch._inductor import select_algorithm
         wrap_selector(select_algorithm.AlgorithmSelectorCache, hook)
     _hook = hook
+    if kernels:
+        try:
+            _install_kernels(hook, kernel_tuning, kernel_benchmark, fuse_epilogues, fused_margin)
+        except BaseException:
+            uninstall()
+            raise
     return hook
 
 
 def uninstall() -> None:
     """Gives Inductor its own compile back."""
-    global _hook
+    global _hook, _integration
     while _installed:
         p = _installed.pop()
-        if p.original is None:
+        if p.name == "":  # a restore step of install(kernels=True)
+            p.original()
+        elif p.original is None:
             delattr(p.cls, p.name)  # inherited again
         else:
             setattr(p.cls, p.name, p.original)
         if p.hook is not None:
             p.hook.close()  # its breaker's probe thread ends
     _hook = None
+    _integration = None  # no new kforge choices; graphs compiled with them still run (_runtime)
 
 
 def stats() -> Optional[Stats]:
     """A snapshot of what the installed hook did so far (None when none is installed)."""
     return _hook.stats if _hook else None
+
+
+# --- kforge's own gemm as a choice of Inductor's matmul autotuning (install(kernels=True)) ---
+#
+# The route (clients/python/README.md says why): a wrapper around `autotune_select_algorithm`
+# as torch._inductor.kernel.mm and .bmm call it -- the one place where tuned_mm, tuned_addmm and
+# tuned_bmm hand over the op's name, its choices, its input nodes and the output layout -- adds
+# an ExternKernelChoice ("kforge_gemm") bound with the kernel's key; the generated code calls
+# extern_kernels.kforge_gemm(..., out=buf, kernel=<key>, form=, act=, strides=). A post-grad
+# CustomGraphPass replaces matmul + bias + activation by the custom op kforge::gemm where
+# kforge's fused kernel is faster than ATen's ways of doing the same. Both names are registered
+# by install() in every process, so a graph from the FX graph cache finds them.
+
+_integration: Optional[Integration] = None  # offers choices; None after uninstall()
+_runtime: Optional[Integration] = None      # runs the kernels of compiled graphs (kept after uninstall)
+_extern: List[Any] = []                     # the ExternKernelChoice: one per process
+_op_defined: List[bool] = []
+
+
+def kforge_gemm(*args: Any, out: Any, kernel: str, form: str, act: str = "", strides: str = "") -> None:
+    """What Inductor's generated code calls (``extern_kernels.kforge_gemm``): kforge kernel
+    ``kernel`` on ``args`` (Inductor's order for ``form``) into ``out``, on torch's current stream."""
+    if _runtime is None:
+        raise RuntimeError("kforge_gemm: call kforge.inductor.install(url, kernels=True) in this process first: "
+                           "the graph (from Inductor's FX graph cache?) calls kforge kernels")
+    _runtime.run(*args, out=out, kernel=kernel, form=form, act=act, strides=strides)
+
+
+def kernel_stats() -> Optional[KernelStats]:
+    """A snapshot of what ``install(kernels=True)`` did (None without it)."""
+    return copy.deepcopy(_runtime.stats) if _runtime is not None else None
+
+
+def _extern_choice() -> Any:
+    if not _extern:
+        from torch._inductor.select_algorithm import ExternKernelChoice
+        _extern.append(ExternKernelChoice(kforge_gemm, None, name="kforge_gemm", has_out_variant=True))
+    return _extern[0]
+
+
+_ACTS: Dict[str, Callable[[Any], Any]] = {}
+
+
+def _aten(form: str, act: str, args: Sequence[Any]) -> Any:
+    """ATen's result of a form: the reference kforge is checked against and the fallback."""
+    import torch
+    import torch.nn.functional as F
+
+    if not _ACTS:
+        _ACTS.update(relu=torch.relu, gelu=F.gelu, silu=F.silu,
+                     gelu_tanh=lambda x: F.gelu(x, approximate="tanh"))
+    if form == "mm":
+        return torch.mm(*args)
+    if form == "bmm":
+        return torch.bmm(*args)
+    y = torch.addmm(*args)
+    return _ACTS[act](y) if form == "addmm_act" else y
+
+
+def _fallback(form: str, act: str, args: Sequence[Any], out: Any) -> None:
+    out.copy_(_aten(form, act, args))
+
+
+def _stream_of(out: Any) -> int:
+    import torch
+    return int(torch.cuda.current_stream(out.device).cuda_stream)
+
+
+def _alloc(nbytes: int, out: Any) -> Any:
+    import torch
+    return torch.empty(nbytes, dtype=torch.uint8, device=out.device)
+
+
+def _arch_of(layout: Any) -> str:
+    import torch
+    try:
+        return arch_for(torch.cuda.get_device_capability(layout.device))
+    except (RuntimeError, AssertionError, ValueError) as e:
+        if isinstance(e, Unsupported):
+            raise
+        raise Unsupported("device", f"{layout.device}: {e}") from None
+
+
+def _random(op: Operand, device: Any, gen: Any) -> Any:
+    """A tensor of ``op``'s sizes and strides (stride 0 included) over normal values."""
+    import torch
+    numel = 1 + sum((s - 1) * st for s, st in zip(op.sizes, op.strides))
+    base = torch.randn(numel, dtype=getattr(torch, op.dtype), device=device, generator=gen)
+    return base.as_strided(op.sizes, op.strides)
+
+
+def _problem_tensors(prob: Problem) -> Tuple[List[Any], Any]:
+    import torch
+    device = torch.device("cuda", torch.cuda.current_device())
+    gen = torch.Generator(device=device).manual_seed(0)  # the user's RNG stream is not touched
+    args = [_random(op, device, gen) for op in prob.args]
+    out = torch.empty_strided(prob.out.sizes, prob.out.strides, dtype=getattr(torch, prob.out.dtype), device=device)
+    return args, out
+
+
+def _real_tensors() -> Any:
+    """Real tensors inside Inductor's compile, whatever fake mode is active, and no autograd."""
+    import contextlib
+    import torch
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(unset_fake_temporarily())
+    stack.enter_context(torch.no_grad())
+    return stack
+
+
+def _verify(prob: Problem, launch: Launch) -> None:
+    """Runs the kernel and ATen on the same random inputs; Unsupported when they disagree."""
+    import torch
+    with _real_tensors():
+        args, out = _problem_tensors(prob)
+        launch(args, out, _stream_of(out), lambda n: _alloc(n, out))
+        ref = _aten(prob.form, prob.act, args)
+        err = (out.float() - ref.float()).abs().max().item()
+        scale = ref.float().abs().max().item()
+        torch.cuda.synchronize()
+    if not within_tolerance(err, scale, prob.out.dtype):
+        raise Unsupported("verify", f"{launch.kernel.name} differs from ATen's {prob.form}{'+' + prob.act if prob.act else ''}"
+                          f" by {err:.3g} (largest output {scale:.3g}, tolerance {TOLERANCE[prob.out.dtype]:.3g} of it)")
+
+
+def _bench_ms(fn: Callable[[], Any]) -> float:
+    """Inductor's own GPU timing of ``fn`` (CUDA events, its warm-up and repeats)."""
+    try:
+        from torch._inductor.runtime.benchmarking import benchmarker
+    except ImportError:  # pragma: no cover - every torch this module supports has it
+        benchmarker = None
+    if benchmarker is not None:
+        return float(benchmarker.benchmark_gpu(fn))
+    import torch
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(25):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def _time_fused(prob: Problem, launch: Launch) -> Dict[str, float]:
+    """The fused kernel against ATen's ways of doing the same work: addmm (cuBLASLt's bias
+    epilogue) + the activation's kernel (what Inductor's ATen choice + its pointwise kernel
+    costs), and cuBLASLt's own bias + relu/gelu-tanh epilogue (torch._addmm_activation)."""
+    import torch
+    with _real_tensors():
+        args, out = _problem_tensors(prob)
+        bias, a, b = args
+        fns: Dict[str, Callable[[], Any]] = {
+            "kforge": lambda: launch(args, out, _stream_of(out), lambda n: _alloc(n, out)),
+            "aten": lambda: _aten("addmm_act", prob.act, args)}
+        if prob.act in ("relu", "gelu_tanh"):
+            fns["cublaslt"] = lambda: torch._addmm_activation(bias, a, b, use_gelu=prob.act == "gelu_tanh")
+        return {name: _bench_ms(fn) for name, fn in fns.items()}
+
+
+def _define_op() -> None:
+    """``kforge::gemm(Tensor[] args, str kernel, str form, str act, str strides) -> Tensor``: a
+    kforge kernel as an op, for the FX graph (Inductor calls it as a fallback kernel)."""
+    if _op_defined:
+        return
+    import torch
+
+    def out_like(args: List[Any], form: str) -> Any:
+        a, b = (args[1], args[2]) if form in ("addmm", "addmm_act") else (args[0], args[1])
+        return a.new_empty((*a.shape[:-1], b.shape[-1]))
+
+    def impl(args: List[Any], kernel: str, form: str, act: str, strides: str) -> Any:
+        out = out_like(args, form)
+        kforge_gemm(*args, out=out, kernel=kernel, form=form, act=act, strides=strides)
+        return out
+
+    def fake(args: List[Any], kernel: str, form: str, act: str, strides: str) -> Any:
+        return out_like(args, form)
+
+    op = torch.library.custom_op("kforge::gemm", impl, mutates_args=(),
+                                 schema="(Tensor[] args, str kernel, str form, str act, str strides) -> Tensor")
+    op.register_fake(fake)
+    _op_defined.append(True)
+
+
+def _meta_operand(node: Any) -> Operand:
+    import torch
+    val = node.meta.get("val") if hasattr(node, "meta") else None
+    if not isinstance(val, torch.Tensor):
+        raise Unsupported("operand", f"{node} has no tensor value")
+    if val.device.type != "cuda":
+        raise Unsupported("device", f"{val.device}: kforge's gemm runs on CUDA")
+    for v in (*val.shape, *val.stride()):
+        if isinstance(v, torch.SymInt):
+            raise Unsupported("dynamic", f"{node}: sizes {list(val.shape)} are not static")
+    return Operand(tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()), dtype_name(val.dtype))
+
+
+def _match_fused(node: Any) -> Optional[Tuple[str, Any, Any, Any, List[Any]]]:
+    """(activation, bias, A, B, the nodes the fused op makes dead) where ``node`` is an
+    activation of ``addmm(bias, A, B)``, of ``mm(A, B) + bias``, or ``_addmm_activation``."""
+    import torch
+    from torch.fx import Node
+    aten = torch.ops.aten
+
+    def call(n: Any, target: Any) -> bool:
+        return isinstance(n, Node) and n.op == "call_function" and n.target is target
+
+    def arg(n: Any, i: int, name: str, default: Any) -> Any:
+        return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
+
+    act, x, extra = None, None, []
+    if call(node, aten.gelu.default):
+        approx = arg(node, 1, "approximate", "none")
+        act, x = {"none": "gelu", "tanh": "gelu_tanh"}.get(approx), node.args[0]
+    elif call(node, aten.relu.default):
+        act, x = "relu", node.args[0]
+    elif call(node, aten.silu.default):
+        act, x = "silu", node.args[0]
+    elif call(node, aten.mul.Tensor) and len(node.args) == 2:
+        p, q = node.args
+        for x_, s_ in ((p, q), (q, p)):
+            if call(s_, aten.sigmoid.default) and s_.args[0] is x_ and len(s_.users) == 1:
+                act, x, extra = "silu", x_, [s_]
+                break
+    elif call(node, aten._addmm_activation.default):
+        if arg(node, 3, "beta", 1) == 1 and arg(node, 4, "alpha", 1) == 1:
+            return ("gelu_tanh" if arg(node, 5, "use_gelu", False) else "relu"), node.args[0], node.args[1], node.args[2], []
+        return None
+    if act is None or not isinstance(x, Node) or set(x.users) != {node, *extra}:
+        return None
+    if call(x, aten.addmm.default) and arg(x, 3, "beta", 1) == 1 and arg(x, 4, "alpha", 1) == 1:
+        return act, x.args[0], x.args[1], x.args[2], extra + [x]
+    if call(x, aten.add.Tensor) and len(x.args) == 2 and x.kwargs.get("alpha", 1) == 1:
+        for mm, bias in (x.args, x.args[::-1]):
+            if call(mm, aten.mm.default) and len(mm.users) == 1 and isinstance(bias, Node):
+                return act, bias, mm.args[0], mm.args[1], extra + [x, mm]
+    return None
+
+
+def _fuse_epilogues(graph: Any, integ: Integration, margin: float) -> None:
+    """Replaces each matmul + bias + activation that kforge's fused kernel does faster than
+    ATen's ways (checked against ATen first) by ``kforge::gemm``; leaves the others alone."""
+    import torch
+    for node in list(graph.nodes):
+        if node.op != "call_function" or getattr(node, "_erased", False):
+            continue
+        found = _match_fused(node)
+        if found is None:
+            continue
+        act, bias, a, b, dead = found
+        try:
+            out = _meta_operand(node)
+            prob = problem("addmm_act", [_meta_operand(bias), _meta_operand(a), _meta_operand(b)], out,
+                           arch=arch_for(torch.cuda.get_device_capability(node.meta["val"].device)), act=act)
+            if integ.hook is not None and integ.hook.blocked() is not None:
+                raise Unsupported("server_down", integ.hook.blocked()[1])
+            kernel, launch = integ.prepare(prob)
+            times = _time_fused(prob, launch)
+        except Unsupported as e:
+            integ._count(integ.stats.refused, e.reason)
+            log.debug("kforge: %s left to Inductor: %s", node, e)
+            continue
+        except (KforgeError, OSError, RuntimeError) as e:
+            integ._server_failed(str(node), e)
+            continue
+        others = {k: v for k, v in times.items() if k != "kforge"}
+        wins = fused_wins(times["kforge"], others, margin)
+        integ.stats.fused_timings.append({"shape": [out.sizes[0], out.sizes[1], prob.a.sizes[1]], "dtype": out.dtype,
+                                          "act": act, "ms": times, "kforge": wins, "kernel": kernel.key})
+        if not wins:
+            integ.stats.fused_kept += 1
+            continue
+        with graph.inserting_before(node):
+            new = graph.call_function(torch.ops.kforge.gemm.default,
+                                      ([bias, a, b], kernel.key, "addmm_act", act, prob.signature))
+        new.meta.update(node.meta)
+        node.replace_all_uses_with(new)
+        for d in [node, *dead]:
+            if not d.users:
+                graph.erase_node(d)
+        integ.stats.fused += 1
+        integ._count(integ.stats.offered, "addmm_act")
+
+
+def _source_digest() -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for name in ("inductor.py", "gemm.py"):
+        h.update((Path(__file__).parent / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _fuse_pass(previous: Any, margin: float) -> Any:
+    """The post-grad CustomGraphPass (its uuid keeps Inductor's FX graph cache on). The class is
+    made once and published as ``kforge.inductor.KforgeFuseEpilogues``, so the pass pickles by
+    reference wherever Inductor copies its config."""
+    cls = globals().get("KforgeFuseEpilogues")
+    if cls is None:
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        class KforgeFuseEpilogues(CustomGraphPass):
+            def __init__(self, previous: Any, margin: float) -> None:
+                self.previous, self.margin = previous, margin
+
+            def __call__(self, graph: Any) -> None:
+                if self.previous is not None:
+                    self.previous(graph)
+                if _integration is None:
+                    return
+                try:
+                    _fuse_epilogues(graph, _integration, self.margin)
+                except Exception as e:  # noqa: BLE001 - a failed pass never fails the compile
+                    log.warning("kforge: the epilogue pass stopped (%s: %s); the rest of the graph is Inductor's",
+                                type(e).__name__, e)
+
+            def uuid(self) -> Any:
+                prev = self.previous
+                prev_id = getattr(prev, "uuid", lambda: repr(prev))() if prev is not None else None
+                return f"kforge-fuse-epilogues-{_source_digest()}-{self.margin}-{prev_id}"
+
+        KforgeFuseEpilogues.__module__ = __name__
+        KforgeFuseEpilogues.__qualname__ = "KforgeFuseEpilogues"
+        globals()["KforgeFuseEpilogues"] = cls = KforgeFuseEpilogues
+    return cls(previous, margin)
+
+
+def _install_kernels(hook: Hook, tuning: str, benchmark: Optional[Dict[str, Any]], fuse: bool,
+                     margin: float) -> None:
+    global _integration, _runtime
+    from torch._inductor import config
+    from torch._inductor.kernel import bmm as bmm_module, mm as mm_module
+
+    _define_op()
+    choice = _extern_choice()
+    integ = Integration(GemmKernels(hook.client, tuning=tuning, benchmark=benchmark), arch_of=_arch_of,
+                        verify=_verify, stream_of=_stream_of, alloc=_alloc, fallback=_fallback, hook=hook)
+    _integration = _runtime = integ
+
+    def cpp_wrapper() -> bool:
+        from torch._inductor.virtualized import V
+        graph = V.graph
+        return bool(getattr(graph, "cpp_wrapper", False) or getattr(graph, "aot_mode", False))
+
+    for module in (mm_module, bmm_module):
+        original = module.__dict__.get("autotune_select_algorithm")
+        if original is None:
+            if module is mm_module:
+                raise RuntimeError(f"{module.__name__} has no autotune_select_algorithm: not the torch 2.11 "
+                                   "Inductor kforge.inductor was written against")
+            log.warning("kforge: %s has no autotune_select_algorithm; its matmuls get no kforge choice",
+                        module.__name__)
+            continue
+
+        def wrapped(name: str, choices: Any, input_nodes: Any, layout: Any, *args: Any,
+                    _original: Any = original, **kwargs: Any) -> Any:
+            integ_now = _integration
+            if integ_now is not None and name in AUTOTUNED and not cpp_wrapper():
+                choices = integ_now.offer(name, choices, input_nodes, layout, choice)
+            return _original(name, choices, input_nodes, layout, *args, **kwargs)
+
+        module.autotune_select_algorithm = wrapped
+        _installed.append(_Patched(module, original, "autotune_select_algorithm", None))
+    if fuse:
+        previous = config.post_grad_custom_post_pass
+        config.post_grad_custom_post_pass = _fuse_pass(previous, margin)
+        _installed.append(_Patched(None, lambda: setattr(config, "post_grad_custom_post_pass", previous), "", None))
