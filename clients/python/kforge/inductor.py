@@ -940,7 +940,12 @@ def _match_fused(node: Any) -> Optional[Tuple[str, Any, Any, Any, List[Any]]]:
         if arg(node, 3, "beta", 1) == 1 and arg(node, 4, "alpha", 1) == 1:
             return ("gelu_tanh" if arg(node, 5, "use_gelu", False) else "relu"), node.args[0], node.args[1], node.args[2], []
         return None
-    if act is None or not isinstance(x, Node) or set(x.users) != {node, *extra}:
+    else:
+        found = _decomposed_activation(node)
+        if found is not None:
+            act, x, extra = found
+    # Nothing else may use the matmul's result (a decomposed gelu uses it several times).
+    if act is None or not isinstance(x, Node) or not set(x.users) <= {node, *extra}:
         return None
     if call(x, aten.addmm.default) and arg(x, 3, "beta", 1) == 1 and arg(x, 4, "alpha", 1) == 1:
         return act, x.args[0], x.args[1], x.args[2], extra + [x]
@@ -949,6 +954,41 @@ def _match_fused(node: Any) -> Optional[Tuple[str, Any, Any, Any, List[Any]]]:
             if call(mm, aten.mm.default) and len(mm.users) == 1 and isinstance(bias, Node):
                 return act, bias, mm.args[0], mm.args[1], extra + [x, mm]
     return None
+
+
+def _decomposed_activation(node: Any) -> Optional[Tuple[str, Any, List[Any]]]:
+    """(activation, its input, the other nodes it is made of) where ``node`` is the last node of
+    a gelu, relu or silu that Inductor decomposed before the post-grad passes (mul, add, tanh or
+    erf, pow, convert_element_type...): those nodes keep the op they came from in
+    ``meta["original_aten"]``. None unless the group has one input and nothing outside it uses
+    what it computes but through ``node``."""
+    import torch
+    aten = torch.ops.aten
+    meta = getattr(node, "meta", None)
+    origin = meta.get("original_aten") if isinstance(meta, dict) else None
+    names = {aten.gelu.default: "gelu", aten.relu.default: "relu", aten.silu.default: "silu"}
+    if origin not in names or any(getattr(u, "meta", {}).get("original_aten") is origin for u in node.users):
+        return None
+    group, inputs, todo = set(), set(), [node]
+    while todo:
+        n = todo.pop()
+        if n in group:
+            continue
+        group.add(n)
+        for a in n.all_input_nodes:
+            if a.meta.get("original_aten") is origin:
+                todo.append(a)
+            else:
+                inputs.add(a)
+    if len(inputs) != 1 or len(group) > 32:
+        return None
+    for n in group - {node}:
+        if not set(n.users) <= group:
+            return None
+    act = names[origin]
+    if act == "gelu" and any(getattr(n, "target", None) in (aten.tanh.default,) for n in group):
+        act = "gelu_tanh"
+    return act, next(iter(inputs)), sorted(group - {node}, key=lambda n: n.name)
 
 
 def _fuse_epilogues(graph: Any, integ: Integration, margin: float) -> None:
@@ -989,9 +1029,13 @@ def _fuse_epilogues(graph: Any, integ: Integration, margin: float) -> None:
                                       ([bias, a, b], kernel.key, "addmm_act", act, prob.signature))
         new.meta.update(node.meta)
         node.replace_all_uses_with(new)
-        for d in [node, *dead]:
-            if not d.users:
+        pending, progress = [node, *dead], True
+        while pending and progress:  # users before what they use, whatever the list's order
+            progress = False
+            for d in [d for d in pending if not d.users]:
                 graph.erase_node(d)
+                pending.remove(d)
+                progress = True
         integ.stats.fused += 1
         integ._count(integ.stats.offered, "addmm_act")
 
