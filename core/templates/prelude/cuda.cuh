@@ -3,7 +3,6 @@
 // files of core/templates/gemm/ include it to compile on their own. The renderer takes the
 // `@section` block as it is (docs/TEMPLATES.md, "Kernel files").
 //   nvcc -std=c++17 -arch=sm_80 -x cu -c cuda.cuh -o /dev/null
-#pragma once
 // @section prelude
 // Rendered by kforge. Tensors are addressed through the strides and offsets baked in below.
 #include <cuda_runtime.h>

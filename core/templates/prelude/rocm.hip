@@ -3,7 +3,6 @@
 // files of core/templates/gemm/ include it to compile on their own. The renderer takes the
 // `@section` block as it is (docs/TEMPLATES.md, "Kernel files").
 //   hipcc -std=c++17 --offload-arch=gfx90a -x hip -c rocm.hip -o /dev/null
-#pragma once
 // @section prelude
 // Rendered by kforge. Tensors are addressed through the strides and offsets baked in below.
 #include <hip/hip_runtime.h>
