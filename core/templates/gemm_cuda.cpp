@@ -1,17 +1,173 @@
-// The cuda gemm. float16/bfloat16 on sm_90a (mma = wgmma): a warp-specialized TMA + wgmma
-// kernel, see kWgmmaKernel. float16/bfloat16 elsewhere: mma.sync.m16n8k16 tensor-core tiles fed by ldmatrix
-// from padded shared memory, a `stages`-deep cp.async pipeline, and a shared-memory layout
-// per operand chosen from its strides (K-major tiles load with ldmatrix, M- or N-major
-// tiles with ldmatrix.trans), so row- and column-major operands both stream 16-byte
-// vectors. Chunks that straddle an edge, unaligned bases and non-unit strides fall back to
-// element loads. float32: a SIMT kernel with register tiles.
+// The cuda backend of the gemm template: its parameters, defaults (the Hopper tiling by problem
+// size), default autotune choices, checks and rendering. The kernels are kernel files:
+// float16/bfloat16 on sm_90a with `"mma": "wgmma"`, gemm/wgmma.cuh (a warp-specialized TMA +
+// wgmma kernel) after the mma_sync kernel that serves its misaligned views; float16/bfloat16
+// elsewhere, gemm/mma_sync.cuh (mma.sync tensor cores, a cp.async pipeline); float32,
+// gemm/simt.cuh; the gelus of its epilogues, gemm/gelu.cuh; the reference, gemm/reference.cuh.
+#include <algorithm>
+#include <limits>
+#include <optional>
 #include <sstream>
+#include <tuple>
 
-#include "core/templates/gemm.hpp"
+#include "core/templates/gemm_backend.hpp"
+#include "core/templates/kernel_file.hpp"
 #include "core/templates/render_util.hpp"
 
 namespace kforge::core::templates {
 namespace {
+
+using nlohmann::json;
+
+std::vector<json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
+
+// How the Hopper kernel describes a 16-bit operand to the TMA unit: a 3-d tensor map over
+// (contiguous dimension, the other one, batch), in elements. `kmajor` says whether the
+// contiguous dimension is K. No stride is 0: a dimension of size 1 gets a packed stride.
+struct TmaOperand {
+  bool kmajor = true;
+  int64_t inner = 0, outer = 0, batch = 1;
+  int64_t outer_stride = 0, batch_stride = 0;
+};
+
+// The cuda kernel a request's params select.
+enum class CudaMma { kMmaSync, kWgmma };
+
+// Shared memory per block an arch allows (bytes).
+int64_t cuda_smem_limit(const std::string& arch) {
+  int sm = std::atoi(arch.c_str() + 3);
+  if (sm == 80 || sm == 87) return 163 * 1024;
+  if (sm == 86 || sm == 89 || sm >= 120) return 99 * 1024;
+  if (sm >= 90) return 227 * 1024;
+  return 64 * 1024;
+}
+
+// The parts the Hopper kernel cuts K into for `split_k` (the splits left with K slices to do:
+// 64-deep slices shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1).
+int wgmma_splits(const GemmProblem& p, int split_k) {
+  const int64_t slices = std::max<int64_t>(1, (p.K + 63) / 64), per = (slices + split_k - 1) / split_k;
+  return int((slices + per - 1) / per);
+}
+
+// nullopt (with the reason) where TMA cannot load the operand: neither M/N nor K has unit
+// stride, or a stride or the offset is not a multiple of 16 bytes. operand 0 is A, 1 is B.
+std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::string* why = nullptr) {
+  const bool a = operand == 0;
+  const int64_t mn = a ? p.M : p.N, k = p.K;
+  const int64_t s_mn = a ? p.sAm : p.sBn, s_k = a ? p.sAk : p.sBk;
+  const int64_t s_b = a ? p.sAb : p.sBb, off = a ? p.offA : p.offB;
+  auto fail = [&](std::string reason) -> std::optional<TmaOperand> {
+    if (why) *why = std::move(reason);
+    return std::nullopt;
+  };
+  constexpr int64_t kVec = 8;  // 16 bytes of a 16-bit type
+  auto round_up = [](int64_t x) { return (x + kVec - 1) / kVec * kVec; };
+  TmaOperand t;
+  if (s_k == 1 || (k == 1 && s_mn != 1)) {
+    t = {true, k, mn, 1, s_mn, 0};
+  } else if (s_mn == 1 || mn == 1) {
+    t = {false, mn, k, 1, s_k, 0};
+  } else {
+    return fail("neither its K nor its " + std::string(a ? "M" : "N") + " dimension has stride 1");
+  }
+  if (t.outer == 1) t.outer_stride = round_up(t.inner);
+  if (t.outer_stride % kVec != 0) return fail("its stride " + std::to_string(t.outer_stride) + " is not a multiple of 8 elements (16 bytes)");
+  t.batch = s_b == 0 ? 1 : p.batch;
+  t.batch_stride = t.batch == 1 ? round_up(t.outer_stride * t.outer) : s_b;
+  if (t.batch_stride % kVec != 0) return fail("its batch stride " + std::to_string(s_b) + " is not a multiple of 8 elements (16 bytes)");
+  if (off % kVec != 0) return fail("its offset " + std::to_string(off) + " is not a multiple of 8 elements (16 bytes)");
+  // TMA coordinates are 32-bit signed, and a tile may start 256 past the last row.
+  constexpr int64_t kMaxStrideBytes = int64_t(1) << 40, kMaxDim = (int64_t(1) << 31) - 256;
+  if (t.batch_stride * 2 >= kMaxStrideBytes || t.outer_stride * 2 >= kMaxStrideBytes) return fail("a stride is 2^40 bytes or more");
+  if (t.inner > kMaxDim || t.outer > kMaxDim || t.batch > kMaxDim) return fail("a dimension exceeds 2^31 - 256 (TMA coordinates are 32-bit)");
+  return t;
+}
+
+CudaMma cuda_mma(const json& params) {
+  // Read before apply_param_specs() checks types: a `mma` that is not a string (5, null,
+  // ["wgmma"]) selects nothing here and is refused there, naming /params/mma.
+  if (!params.is_object()) return CudaMma::kMmaSync;
+  const auto it = params.find("mma");
+  return it != params.end() && it->is_string() && it->get_ref<const std::string&>() == "wgmma" ? CudaMma::kWgmma
+                                                                                              : CudaMma::kMmaSync;
+}
+
+// The shared memory the Hopper kernel asks for: the stages, 1 KiB to align them for the
+// 128-byte swizzle, two mbarriers per stage (rounded to 128 bytes) and each consumer warp's
+// 2 KiB epilogue buffer.
+int64_t wgmma_smem_bytes(int bm, int bn, int stages, int consumers) {
+  return int64_t(stages) * (bm + bn) * 64 * 2 + 1024 + (16 * stages + 127) / 128 * 128 + consumers * 4 * 2048;
+}
+
+std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch"; }
+
+// The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
+// 64-deep K slices that one producer thread loads with TMA into 128-byte-swizzled shared
+// memory, `stages` deep.
+void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
+  const json& q = r.spec.params;
+  int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
+  if (g.ab == Dtype::kFloat32) return p.add("/params/mma", "wgmma takes float16 or bfloat16 operands; float32 runs on the SIMT kernel (mma_sync)");
+  for (size_t i = 0; i < r.archs.size(); ++i) {
+    if (r.archs[i] != "sm_90a") p.add(arch_field(r, i), "wgmma exists only on the arch-specific Hopper target sm_90a, not " + r.archs[i]);
+  }
+  if (bk != 64) p.add("/params/block_k", "the wgmma kernel loads 64-element (128-byte swizzled) K slices: block_k must be 64, not " + std::to_string(bk));
+  if (bn % 64 != 0) p.add("/params/block_n", "the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128 or 256");
+  if (warps != 8 && warps != 12) {
+    p.add("/params/warps", "the wgmma kernel runs one producer and one or two consumer warpgroups: warps is 8 or 12, not " + std::to_string(warps));
+  } else {
+    const int consumers = warps / 4 - 1;
+    if (bm % (64 * consumers) != 0) {
+      p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * consumers));
+    } else if (bm / consumers / 64 * bn / 2 > 128) {
+      p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(bm / consumers / 64 * bn / 2) + " accumulators per thread; the limit is 128 (registers)");
+    }
+  }
+  if (stages < 2) p.add("/params/stages", "the TMA pipeline needs at least 2 stages");
+  const int64_t smem = wgmma_smem_bytes(bm, bn, stages, warps == 8 ? 1 : 2);
+  if (smem > cuda_smem_limit("sm_90a")) {
+    p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x64 tiles need " + std::to_string(smem) +
+                                " bytes of shared memory; sm_90a has " + std::to_string(cuda_smem_limit("sm_90a")));
+  }
+  const int64_t slices = (g.K + 63) / 64;
+  if (const int split_k = q["split_k"]; split_k > slices) {
+    p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
+                                 " slices of 64) into parts with nothing to do: it must be at most " + std::to_string(slices));
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::string why;
+    if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(i) + "/strides", std::string(i ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
+  }
+}
+
+constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
+
+// Output tiles of bm x bn over the batch.
+int64_t tile_count(const GemmProblem& g, int bm, int bn) { return g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn); }
+
+// How many ways to split K for bm x bn tiles on an H100's 132 SMs: none while the tiles fill
+// half of them; else as many as bring the units of work up to the SMs (at most 8), keeping
+// at least 4 K slices in each.
+int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
+  const int64_t tiles = tile_count(g, bm, bn), slices = (g.K + 63) / 64;
+  if (tiles * 2 >= kSms) return 1;
+  int64_t split = std::min<int64_t>(8, kSms / tiles);
+  while (split > 1 && slices / split < 4) --split;
+  return int(split);
+}
+
+// Whether the Hopper kernel can run this request (its defaults and choices). The catalog
+// asks with no tensors at all.
+bool wgmma_viable(const TemplateRequest& r) {
+  if (r.archs.empty() || r.spec.inputs.size() < 2) return false;
+  if (std::any_of(r.archs.begin(), r.archs.end(), [](const std::string& a) { return a != "sm_90a"; })) return false;
+  const GemmProblem g = gemm_problem(r.spec);
+  return g.ab != Dtype::kFloat32 && tma_operand(g, 0) && tma_operand(g, 1);
+}
+
+
+// The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
+const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"cluster_m", 1}, {"mma", "wgmma"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -33,714 +189,6 @@ Layouts layouts(const GemmProblem& p) {
   return l;
 }
 
-constexpr const char* kTensorCoreKernel = R"(
-namespace tc {
-constexpr int BM = $bm$, BN = $bn$, BK = $bk$, WARPS = $warps$, STAGES = $stages$;
-constexpr int THREADS = WARPS * 32;
-constexpr int WM = WARPS >= 4 ? 2 : 1, WN = WARPS / WM;
-constexpr int WTM = BM / WM, WTN = BN / WN;
-constexpr int MI = WTM / 16, NI = WTN / 8;
-constexpr int PAD = 8;  // elements; keeps ldmatrix rows 16-byte aligned and off each other's banks
-constexpr bool A_MMAJOR = $a_mmajor$, B_KMAJOR = $b_kmajor$;
-// Tile shapes as stored: [rows][cols + PAD], cols contiguous.
-constexpr int A_ROWS = A_MMAJOR ? BK : BM, A_COLS = A_MMAJOR ? BM : BK;
-constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
-constexpr int A_TILE = A_ROWS * (A_COLS + PAD), B_TILE = B_ROWS * (B_COLS + PAD);
-constexpr int SMEM_BYTES = STAGES * (A_TILE + B_TILE) * int(sizeof(T));
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-// Copies the [rows][cols] tile at (row0, col0) of a strided operand into shared memory.
-template <int ROWS, int COLS, bool VEC>
-__device__ __forceinline__ void load_tile(T* __restrict__ s, const T* __restrict__ g, int64_t row0, int64_t nrows,
-                                          int64_t srow, int64_t col0, int64_t ncols, int64_t scol) {
-  constexpr int CHUNKS = ROWS * COLS / 8;
-  for (int c = threadIdx.x; c < CHUNKS; c += THREADS) {
-    const int r = c / (COLS / 8), cc = (c % (COLS / 8)) * 8;
-    const int64_t gr = row0 + r, gc = col0 + cc;
-    T* dst = s + r * (COLS + PAD) + cc;
-    if (VEC && gr < nrows && gc + 8 <= ncols) {
-      cp_async16(dst, g + gr * srow + gc);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float v = gr < nrows && gc + e < ncols ? kf_to_float(g[gr * srow + (gc + e) * scol]) : 0.0f;
-        kf_store(dst + e, v);
-      }
-    }
-  }
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const T* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const T* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.$mma_type$.$mma_type$.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <bool VEC_A, bool VEC_B>
-__global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C, int64_t M$EPPARAMS$) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* const As = reinterpret_cast<T*>(smem_raw);
-  T* const Bs = As + STAGES * A_TILE;
-  const int64_t b = blockIdx.z;
-  const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
-  const T* Ab = A + offA + b * sAb;
-  const T* Bb = B + offB + b * sBb;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int wm = warp / WN, wn = warp % WN;
-  const int g = lane / 8, r = lane % 8;
-
-  auto load_stage = [&](int stage, int64_t kt) {
-    const int64_t k0 = kt * BK;
-    if (A_MMAJOR) load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, k0, kK, sAk, m0, M, sAm);
-    else load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, m0, M, sAm, k0, kK, sAk);
-    if (B_KMAJOR) load_tile<B_ROWS, B_COLS, VEC_B>(Bs + stage * B_TILE, Bb, n0, kN, sBn, k0, kK, sBk);
-    else load_tile<B_ROWS, B_COLS, VEC_B>(Bs + stage * B_TILE, Bb, k0, kK, sBk, n0, kN, sBn);
-  };
-
-  float acc[MI][NI][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-  auto compute_stage = [&](int stage) {
-    const T* as = As + stage * A_TILE;
-    const T* bs = Bs + stage * B_TILE;
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      uint32_t af[MI][4];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int mb = wm * WTM + i * 16;
-        if (A_MMAJOR) ldmatrix_x4_trans(af[i], as + (kk + (g / 2) * 8 + r) * (A_COLS + PAD) + mb + (g % 2) * 8);
-        else ldmatrix_x4(af[i], as + (mb + (g % 2) * 8 + r) * (A_COLS + PAD) + kk + (g / 2) * 8);
-      }
-#pragma unroll
-      for (int j = 0; j < NI; j += 2) {
-        const int nb = wn * WTN + j * 8;
-        uint32_t bf[4];
-        if (B_KMAJOR) ldmatrix_x4(bf, bs + (nb + (g / 2) * 8 + r) * (B_COLS + PAD) + kk + (g % 2) * 8);
-        else ldmatrix_x4_trans(bf, bs + (kk + (g % 2) * 8 + r) * (B_COLS + PAD) + nb + (g / 2) * 8);
-#pragma unroll
-        for (int i = 0; i < MI; ++i) {
-          mma16816(acc[i][j], af[i], bf[0], bf[1]);
-          mma16816(acc[i][j + 1], af[i], bf[2], bf[3]);
-        }
-      }
-    }
-  };
-
-  const int64_t ktiles = (kK + BK - 1) / BK;
-  if constexpr (STAGES == 1) {
-    for (int64_t kt = 0; kt < ktiles; ++kt) {
-      load_stage(0, kt);
-      cp_async_commit();
-      cp_async_wait<0>();
-      __syncthreads();
-      compute_stage(0);
-      __syncthreads();
-    }
-  } else {
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < ktiles) load_stage(s, s);
-      cp_async_commit();
-    }
-    for (int64_t kt = 0; kt < ktiles; ++kt) {
-      cp_async_wait<STAGES - 2>();
-      __syncthreads();  // tile kt has landed, and everyone is done with tile kt - 1
-      const int64_t next = kt + STAGES - 1;
-      if (next < ktiles) load_stage(int(next % STAGES), next);
-      cp_async_commit();
-      compute_stage(int(kt % STAGES));
-    }
-    cp_async_wait<0>();
-  }
-
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NI; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t m = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
-        const int64_t n = n0 + wn * WTN + j * 8 + 2 * (lane % 4) + (e % 2);
-        if (m < M && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n$EPARGS$));
-      }
-}
-
-template <bool VEC_A, bool VEC_B>
-cudaError_t launch(const T* A, const T* B, TC* C, int64_t M$EPPARAMS$, cudaStream_t stream) {
-  static bool configured = false;  // the attribute is per kernel; set once per process
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(gemm_tc<VEC_A, VEC_B>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((M + BM - 1) / BM), unsigned(kBatch));
-  gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, M$EPARGS$);
-  return cudaGetLastError();
-}
-
-// 16-byte vectors need 16-byte aligned bases as well as the strides checked at render time.
-cudaError_t run(const T* A, const T* B, TC* C, int64_t M$EPPARAMS$, cudaStream_t stream) {
-  const bool va = $a_vec$ && reinterpret_cast<uintptr_t>(A) % 16 == 0;
-  const bool vb = $b_vec$ && reinterpret_cast<uintptr_t>(B) % 16 == 0;
-  return va ? (vb ? launch<true, true>(A, B, C, M$EPARGS$, stream) : launch<true, false>(A, B, C, M$EPARGS$, stream))
-            : (vb ? launch<false, true>(A, B, C, M$EPARGS$, stream) : launch<false, false>(A, B, C, M$EPARGS$, stream));
-}
-}  // namespace tc
-)";
-
-constexpr const char* kTensorCoreEntry = R"(
-}  // namespace
-
-extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = 0; return 0; }
-$SHAPE_CHECK$$NULLCHECKS$  return tc::run($A$, $B$, $C$, M$EPARGS$, stream) == cudaSuccess ? 0 : 3;
-}
-)";
-
-// The Hopper kernel (sm_90a), persistent over output tiles. One producer warpgroup, whose
-// first thread issues TMA loads, and CONSUMERS warpgroups that each own WG_M rows of the
-// BM x BN tile and issue wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring
-// of stages handed over with mbarriers (full: the TMA bytes landed; empty: every consumer's
-// wgmmas that read the stage have completed). TMA zero-fills what lies past an edge, so
-// ragged M, N and K need no special case; the epilogue guards its stores.
-//
-// The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
-// a tile's K range, whose float partial sums go to the workspace and are added up (and the
-// epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
-// the same time. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
-// columns at a time, from which the TMA unit writes them to C (where C's layout allows).
-//
-// With CLUSTER = 2 the blocks run in pairs (a thread-block cluster) on the two tiles of a
-// column that share B: each block loads its own A and half of B, and multicasts that half to
-// both, so L2 sends each B slice once per pair. A stage is then refilled only when the
-// consumers of both blocks have released it (the empty barriers count both blocks' arrivals).
-constexpr const char* kWgmmaKernel = R"(
-namespace wg {
-constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
-constexpr int THREADS = (CONSUMERS + 1) * 128;
-constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
-constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
-constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
-constexpr int KTILES = int((kK + BK - 1) / BK);
-constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
-constexpr int64_t TILES_N = (kN + BN - 1) / BN, ROW_QUADS = (kN + 3) / 4;  // splitk_reduce: four outputs of a row a thread
-constexpr int64_t GROUP_M = 8;
-// What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
-// CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
-// is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
-struct Rows {
-  int64_t M, groups_m, units;
-};
-__host__ __device__ __forceinline__ Rows rows_of(int64_t M) {
-  const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
-  return {M, groups_m, groups_m * TILES_N * kBatch * SPLITS};
-}
-// split-K's partial sums: SPLITS float slices of [batch][M][N].
-size_t workspace_bytes(int64_t M) { return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0; }
-// Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
-// (the base pointer is checked at run time).
-constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
-// Rows stored by TMA from shared memory: 16-bit outputs, rows contiguous and 8-element (16-byte)
-// aligned, as a tensor map needs; otherwise pairs or single outputs from registers. The
-// kernel has one store path or the other, never both: with both (the choice made at run time
-// by C's alignment) its code was 2.4 times as large (163 KiB, most of it the unrolled
-// epilogue), it was slower, and its time moved by up to 12% with where the driver loaded that
-// code (docs/BENCHMARKS.md). A C whose base breaks the alignment runs the mma_sync kernel.
-constexpr bool STAGED = sizeof(TC) == 2 && sCn == 1 && sCm % 8 == 0 && sCb % 8 == 0 && offC % 8 == 0;
-constexpr uint32_t EPI_WARP_BYTES = 16 * 64 * 2;  // a warp's 16 rows x 64 columns of 16-bit outputs
-// Tiles are stored in 128-byte-swizzled atoms of 8 rows x 128 bytes, as TMA's SWIZZLE_128B
-// writes them and wgmma's descriptors read them: a K-major tile as [rows][64], an M- or
-// N-major tile as [rows / 64 panels][64 (K)][64].
-constexpr uint32_t ROW = 128, ATOM = 8 * ROW, PANEL = 64 * ROW;  // bytes
-constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
-constexpr uint32_t BARRIER_BYTES = (16 * STAGES + 127) / 128 * 128;  // 2 mbarriers a stage
-constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + BARRIER_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES;  // + alignment slack
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Arrives on the barrier at the same offset in block `cta` of the cluster (this one included).
-// With the default cta-scope semantics: a consumer hands back a stage whose wgmmas have
-// completed, so there is nothing to publish, and `.release.cluster` would put a cluster-wide
-// memory barrier before every hand-back (it made the kernel 2x slower: docs/BENCHMARKS.md).
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(cta) : "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Every thread of the cluster that has not exited arrives, then waits for the others.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "KF_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra KF_WAIT;\n"
-      "}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
-               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-// The same copy, landing at the same offset in every block of `mask` and completing bytes on
-// each one's barrier at `bar`'s offset.
-__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
-               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
-}
-// A warp's staged block of outputs (16 rows x 64 columns, 128-byte swizzled) to C at (column
-// c0, row c1, batch c2): the TMA unit writes what lies inside C and nothing past its edges,
-// while the warp goes on; one bulk group per block.
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
-               "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2)
-               : "memory");
-}
-// The thread's bulk stores have read their shared memory (`.read`), or are done.
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// This thread's shared-memory writes become visible to the TMA unit (the async proxy).
-__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// A shared-memory matrix descriptor: start, leading and stride byte offsets, 128-byte swizzle.
-__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32 | uint64_t(1) << 62;
-}
-// Rows [r0, r0 + 64) of a stage's A tile and K slice [16 kk, 16 kk + 16): K-major, the slice
-// is 32 bytes into each swizzled row; M-major, 16 rows of K into the row's 64-wide panel.
-__device__ __forceinline__ uint64_t desc_a(uint32_t a, int r0, int kk) {
-  return A_KMAJOR ? desc(a + r0 * ROW + kk * 32, 16, ATOM) : desc(a + (r0 / 64) * PANEL + kk * 16 * ROW, PANEL, ATOM);
-}
-__device__ __forceinline__ uint64_t desc_b(uint32_t b, int kk) {
-  return B_KMAJOR ? desc(b + kk * 32, 16, ATOM) : desc(b + kk * 16 * ROW, PANEL, ATOM);
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
-// Keeps the compiler from moving accumulator accesses across an asynchronous wgmma.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-$wgmma_fn$
-// Output tiles in a grouped order (GROUP_M tile rows at a time, column by column), so the
-// blocks resident together share A and B panels in L2.
-struct Tile {
-  int b, m0, n0;
-};
-// `rank`: the block's place in its cluster, whose tiles are consecutive rows.
-__device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
-  constexpr int64_t GROUP = GROUP_M * TILES_N;
-  const int64_t per_batch = groups_m * TILES_N;  // one batch: no 64-bit division by it
-  const int b = kBatch == 1 ? 0 : int(t / per_batch);
-  const int64_t r = kBatch == 1 ? t : t % per_batch, first = r / GROUP * GROUP_M;
-  const int64_t rows = groups_m - first < GROUP_M ? groups_m - first : GROUP_M;
-  const int64_t tm = first + (r % GROUP) % rows, tn = (r % GROUP) / rows;
-  return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
-}
-
-// A unit's part of its tile's K range: slices [k0, k1) of split `split`.
-struct Span {
-  int split, k0, k1;
-};
-__device__ __forceinline__ Span span_of(int64_t unit) {
-  const int split = int(unit % SPLITS), k0 = split * KPS;
-  return {split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES};
-}
-
-// Two adjacent outputs, rounded as kf_store rounds each.
-__device__ __forceinline__ void store_pair(TC* p, float x, float y) {
-  if constexpr (std::is_same<TC, half>::value) {
-    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
-  } else if constexpr (std::is_same<TC, __nv_bfloat16>::value) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
-  } else {
-    kf_store(p, x);
-    kf_store(p + 1, y);
-  }
-}
-
-// The epilogue of one output, at its coordinates clamped into C: computed whether or not the
-// output is in C (one outside is never stored), so no branch separates the epilogue's loads
-// and they can be issued early and shared between rows (a bias is loaded once per column).
-__device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n, int64_t M$EPPARAMS$) {
-  return kf_epilogue(v, b, m < M ? m : M - 1, n < kN ? n : kN - 1$EPARGS$);
-}
-
-// A consumer warp's accumulators of one 64-row wgmma tile: warp w holds rows 16w + lane/4
-// (+8), columns 8j + 2 (lane % 4) (+1). `row0` is the warp's first row, `n0` the tile's.
-// 64 columns at a time: the warp rounds its 16 x 64 outputs into registers, waits until its
-// buffer's previous block has been read out, writes them there (16 rows x 128 bytes, each
-// 16-byte unit j of row r at unit j ^ (r % 8): TMA's 128-byte swizzle, in which neither the
-// pair writes nor the unit's reads conflict) and has the TMA unit store the block, clipped to C.
-__device__ __forceinline__ void store_staged(const float* acc, unsigned char* buf, const CUtensorMap* tmC, int b, int64_t row0,
-                                             int64_t n0, int64_t M, int lane$EPPARAMS$) {
-#pragma unroll
-  for (int c = 0; c < BN / 64; ++c) {
-    uint32_t packed[16];
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = lane / 4 + 8 * h, j = c * 8 + u;
-        const int64_t m = row0 + r, n = n0 + j * 8 + 2 * (lane % 4);
-        TC pair[2];
-        store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n, M$EPARGS$), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$));
-        packed[2 * u + h] = *reinterpret_cast<const uint32_t*>(pair);
-      }
-    if (lane == 0) tma_store_wait_read();
-    __syncwarp();
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = lane / 4 + 8 * h;
-        *reinterpret_cast<uint32_t*>(buf + r * 128 + ((u ^ (r % 8)) * 16) + (lane % 4) * 4) = packed[2 * u + h];
-      }
-    fence_async_shared();
-    __syncwarp();
-    if (lane == 0) tma_store(tmC, smem_u32(buf), int(n0 + c * 64), int(row0), b);
-  }
-}
-
-// A split's partial sums, as floats, to its [batch][M][N] slice of the workspace.
-__device__ __forceinline__ void store_partial(const float* acc, float* W, int64_t row0, int64_t n0, int64_t M, int lane) {
-#pragma unroll
-  for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t m = row0 + lane / 4 + 8 * h, n = n0 + j * 8 + 2 * (lane % 4);
-      if (m >= M) continue;
-      float* const p = W + m * kN + n;
-      if (kN % 2 == 0 && n + 1 < kN) {
-        *reinterpret_cast<float2*>(p) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
-      } else {
-        if (n < kN) p[0] = acc[j * 4 + 2 * h];
-        if (n + 1 < kN) p[1] = acc[j * 4 + 2 * h + 1];
-      }
-    }
-}
-
-// C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
-__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M$EPPARAMS$) {
-  const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
-  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
-    const int b = kBatch == 1 ? 0 : int(row / M);
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* w = W + row * kN + n;
-    if (kN % 4 == 0) {
-#pragma unroll
-      for (int s = 0; s < SPLITS; ++s) {
-        const float4 x = *reinterpret_cast<const float4*>(w + s * slice);
-        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
-      }
-    } else {
-      for (int s = 0; s < SPLITS; ++s)
-        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * slice + e];
-    }
-    TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], b, m, n + e$EPARGS$));
-  }
-}
-
-// Hands a stage back: to this block's producer, and with a cluster to the peer's as well (its
-// multicast also writes into this block's stage).
-__device__ __forceinline__ void release(uint32_t bar) {
-  if constexpr (CLUSTER > 1) {
-#pragma unroll
-    for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(bar, uint32_t(c));
-  } else {
-    mbar_arrive(bar);
-  }
-}
-
-// The producer thread: the TMA loads of every unit's K slices, STAGES ahead of the consumers.
-__device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
-                                        const Rows rows, int64_t first_unit, int64_t unit_step) {
-  int64_t it = 0;
-  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
-    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
-    const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
-    const Span span = span_of(unit);
-    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
-      const int s = int(it % STAGES);
-      if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
-      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
-      mbar_expect_tx(bar, STAGE_BYTES);
-      const int k0 = kt * BK;
-      if (A_KMAJOR) {
-        tma_load(as, &tmA, bar, k0, tile.m0, ba);
-      } else {
-#pragma unroll
-        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba);
-      }
-      if constexpr (CLUSTER > 1) {  // this block's share of B, to every block of the cluster
-        constexpr uint16_t everyone = (1u << CLUSTER) - 1;
-        if (B_KMAJOR) {
-          tma_load_multicast(bs + rank * (BN / CLUSTER) * ROW, &tmB, bar, everyone, k0, tile.n0 + rank * (BN / CLUSTER), bb);
-        } else {
-#pragma unroll
-          for (int j = rank; j < BN / 64; j += CLUSTER) tma_load_multicast(bs + j * PANEL, &tmB, bar, everyone, tile.n0 + 64 * j, k0, bb);
-        }
-      } else if (B_KMAJOR) {
-        tma_load(bs, &tmB, bar, k0, tile.n0, bb);
-      } else {
-#pragma unroll
-        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb);
-      }
-    }
-  }
-}
-
-// The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
-__device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
-                                        unsigned char* epi, int wg, int tid, int rank, const Rows rows, int64_t first_unit, int64_t unit_step$EPPARAMS$) {
-  // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
-  // columns 8j + 2 (lane % 4) (+1).
-  const int warp = tid / 32, lane = tid % 32;
-  unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
-  float acc[M_ITERS][BN / 2];
-  int64_t it = 0;
-  const int64_t M = rows.M;
-  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
-    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
-    const Span span = span_of(unit);
-#pragma unroll
-    for (int mi = 0; mi < M_ITERS; ++mi) {
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
-      fence_regs(acc[mi]);
-    }
-    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
-      const int s = int(it % STAGES);
-      mbar_wait(full + 8 * s, uint32_t(it / STAGES) & 1);
-      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) {
-#pragma unroll
-        for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, wg * WG_M + mi * 64, kk), desc_b(bs, kk));
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
-      if (kt > span.k0 && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
-    }
-    wgmma_wait<0>();
-    if (tid == 0) release(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
-#pragma unroll
-    for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
-
-    const int b = tile.b;
-    if constexpr (SPLITS > 1) {
-      float* const Ws = W + (int64_t(span.split) * kBatch + b) * M * kN;
-#pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
-      continue;
-    }
-    if constexpr (STAGED) {
-#pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane$EPARGS$);
-    } else {
-      TC* const Cb = C + offC + int64_t(b) * sCb;
-      const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
-#pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi)
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
-            const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
-            const float v0 = out_value(acc[mi][j * 4 + 2 * h], b, m, n, M$EPARGS$);
-            const float v1 = out_value(acc[mi][j * 4 + 2 * h + 1], b, m, n + 1, M$EPARGS$);
-            if (m >= M) continue;
-            TC* const p = Cb + m * sCm + n * sCn;
-            if (pairs && n + 1 < kN) {
-              store_pair(p, v0, v1);
-            } else {
-              if (n < kN) kf_store(p, v0);
-              if (n + 1 < kN) kf_store(p + sCn, v1);
-            }
-          }
-    }
-  }
-  if constexpr (STAGED && SPLITS == 1) {  // the block's shared memory outlives the last store's reads
-    if (lane == 0) tma_store_wait();
-  }
-}
-
-// Persistent: each cluster (or block) walks units c, + clusters, ...; the producer runs ahead
-// into the next unit while the consumers store this one. `it` counts K slices across units,
-// so stage and phase carry over.
-__global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                                                         const __grid_constant__ CUtensorMap tmC, TC* __restrict__ C, float* __restrict__ W, const Rows rows$EPPARAMS$) {
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  // The stages, the consumer warps' epilogue buffers (1024-byte aligned, as TMA's 128-byte
-  // swizzle needs), the barriers.
-  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES;
-  const uint32_t full = base + STAGES * STAGE_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES, empty = full + 8 * STAGES;
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-  const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
-  const int64_t first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, CONSUMERS * CLUSTER);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  if constexpr (CLUSTER > 1) cluster_sync();  // the peer's barriers are ready before anyone multicasts or arrives
-  else __syncthreads();
-
-  if (wg == CONSUMERS) {  // producer
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid == 0) produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
-  } else {
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    consume(&tmC, C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step$EPARGS$);
-  }
-  // A block leaves only once its peer is done: until then the peer may multicast into this
-  // block's shared memory or arrive on its barriers.
-  if constexpr (CLUSTER > 1) cluster_sync();
-}
-
-// cuTensorMapEncodeTiled, from the driver through the runtime (no -lcuda at link time).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
-                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encoder() {
-  static const EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-                    q == cudaDriverEntryPointSuccess;
-    return ok ? reinterpret_cast<EncodeTiled>(p) : nullptr;
-  }();
-  return fn;
-}
-
-// A 3-d map over (contiguous dimension, the other one, batch), in elements, read or written box0
-// x box1 at a time.
-template <typename E>
-cudaError_t make_map(CUtensorMap* map, const E* base, uint64_t inner, uint64_t outer, uint64_t batch, uint64_t s_outer,
-                     uint64_t s_batch, uint32_t box0, uint32_t box1) {
-  const EncodeTiled encode = encoder();
-  if (!encode) return cudaErrorNotSupported;
-  const cuuint64_t dims[3] = {inner, outer, batch};
-  const cuuint64_t strides[2] = {s_outer * sizeof(E), s_batch * sizeof(E)};
-  const CUtensorMapDataType type =
-      std::is_same<E, __nv_bfloat16>::value ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const cuuint32_t box[3] = {box0, box1, 1}, unit[3] = {1, 1, 1};
-  const CUresult r = encode(map, type, 3, const_cast<E*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M$EPPARAMS$, cudaStream_t stream) {
-  if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
-  CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
-  cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
-  if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
-  // A one-row C has no row stride (sCm is 0 there); the map takes a row's length instead.
-  constexpr uint64_t C_ROW = sCm != 0 ? uint64_t(sCm) : (uint64_t(kN) + 7) / 8 * 8;
-  if (e == cudaSuccess && STAGED && SPLITS == 1)
-    e = make_map(&mc, C + offC, uint64_t(kN), uint64_t(M), uint64_t(kBatch), C_ROW,
-                 kBatch > 1 ? uint64_t(sCb) : (uint64_t(M) * C_ROW + 7) / 8 * 8, 64, 16);
-  if (e != cudaSuccess) return e;
-  static bool configured = false;  // the attribute is per kernel; set once per process
-  if (!configured) {
-    e = cudaFuncSetAttribute(gemm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  int device = 0, sms = 0;
-  if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster = {};
-  config.blockDim = dim3(THREADS);
-  config.dynamicSmemBytes = SMEM_BYTES;
-  config.stream = stream;
-  int resident = sms;  // clusters that fit at once (one block per SM)
-  if constexpr (CLUSTER > 1) {
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    config.gridDim = dim3(unsigned(CLUSTER * sms));
-    static int clusters = 0;  // how the GPCs pack clusters, asked once per process
-    if (clusters == 0 && (e = cudaOccupancyMaxActiveClusters(&clusters, gemm_wgmma, &config)) != cudaSuccess) return e;
-    if (clusters == 0) return cudaErrorInvalidConfiguration;
-    resident = clusters;
-  }
-  const Rows rows = rows_of(M);
-  config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
-  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows$EPARGS$)) != cudaSuccess) return e;
-  if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
-  const int64_t quads = kBatch * M * ROW_QUADS;
-  const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
-  splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C, M$EPARGS$);
-  return cudaGetLastError();
-}
-}  // namespace wg
-)";
-
-constexpr const char* kWgmmaEntry = R"(
-}  // namespace
-
-extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // split-K's partial sums
-$SHAPE_CHECK$$NULLCHECKS$  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time), and
-  // so does the staged store; a view that starts mid-vector runs on the mma_sync kernel instead.
-  const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0 &&
-                       (!wg::STAGED || wg::SPLITS > 1 || reinterpret_cast<uintptr_t>($C$ + offC) % 16 == 0);
-  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M$EPARGS$, stream)
-                                : tc::run($A$, $B$, $C$, M$EPARGS$, stream);
-  return e == cudaSuccess ? 0 : 3;
-}
-)";
-
 // The wgmma call for one m64n<bn>k16 tile: bn/2 float accumulators per thread, both
 // operands from shared-memory descriptors, transposed where the tile is M- or N-major.
 std::string wgmma_function(int bn, const std::string& type, bool a_kmajor, bool b_kmajor) {
@@ -756,70 +204,191 @@ std::string wgmma_function(int bn, const std::string& type, bool a_kmajor, bool 
   return o.str();
 }
 
-constexpr const char* kSimtKernel = R"(
-constexpr int BM = $bm$, BN = $bn$, BK = $bk$, THREADS = $warps$ * 32;
-constexpr int PER = BM * BN / THREADS;
-constexpr int TN = PER <= 16 ? 4 : 8, TX = BN / TN, TY = THREADS / TX, TM = BM / TY;
-constexpr bool A_KFAST = $a_kfast$, B_KFAST = $b_kfast$;  // which index walks memory contiguously
+class CudaGemm final : public GemmBackend {
+ public:
+  std::vector<ParamSpec> params(const TemplateRequest& req) const override;
+  std::vector<json> default_choices(const TemplateRequest& req) const override;
+  void complete_params(json& params) const override;
+  void choose_params(TemplateRequest& req, const GemmProblem& g) const override;
+  void check(const TemplateRequest& req, const GemmProblem& g, Problems& p) const override;
+  bool runtime_m(const TemplateRequest& req, const GemmProblem& g) const override;
+  std::string gelu_function(bool tanh) const override;
+  std::string render(const TemplateRequest& req, const GemmProblem& g, const KernelSignature& sig, const EpilogueCode& ep,
+                     bool reference, uint64_t& workspace_bytes) const override;
+};
 
-__global__ void __launch_bounds__(THREADS) gemm_simt(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C$EPPARAMS$) {
-  __shared__ float As[BK][BM + 4];
-  __shared__ float Bs[BK][BN + 4];
-  const int64_t b = blockIdx.z;
-  const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
-  const T* Ab = A + offA + b * sAb;
-  const T* Bb = B + offB + b * sBb;
-  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  float acc[TM][TN] = {};
-  for (int64_t k0 = 0; k0 < kK; k0 += BK) {
-    for (int idx = threadIdx.x; idx < BM * BK; idx += THREADS) {
-      const int mm = A_KFAST ? idx / BK : idx % BM, kk = A_KFAST ? idx % BK : idx / BM;
-      const int64_t m = m0 + mm, k = k0 + kk;
-      As[kk][mm] = m < kM && k < kK ? kf_to_float(Ab[m * sAm + k * sAk]) : 0.0f;
+std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
+  return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
+          {"block_n", "int", ints({32, 64, 128, 256}), 128, "columns of C per thread block"},
+          {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
+          {"warps", "int", ints({1, 2, 4, 8, 12}), 8, "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8 or 12 (one producer and one or two consumer warpgroups)"},
+          {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
+          {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
+           "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
+           "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
+          {"cluster_m", "int", ints({1, 2}), 1,
+           "wgmma only: blocks per thread-block cluster, on tiles of one column that share B, each loading half of B and "
+           "multicasting it to both"},
+          {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
+           "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
+           "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
+}
+
+std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
+  std::vector<json> out;
+  if (!req.spec.inputs.empty() && req.spec.inputs[0].dtype == Dtype::kFloat32) {
+    for (auto [bm, bn, bk, w] : std::vector<std::tuple<int, int, int, int>>{
+             {128, 128, 8, 8}, {128, 128, 16, 8}, {64, 128, 16, 4}, {128, 64, 16, 4}, {64, 64, 16, 4}, {64, 64, 8, 2}}) {
+      out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", 1}});
     }
-    for (int idx = threadIdx.x; idx < BN * BK; idx += THREADS) {
-      const int nn = B_KFAST ? idx / BK : idx % BN, kk = B_KFAST ? idx % BK : idx / BN;
-      const int64_t n = n0 + nn, k = k0 + kk;
-      Bs[kk][nn] = n < kN && k < kK ? kf_to_float(Bb[k * sBk + n * sBn]) : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < BK; ++kk) {
-      float a[TM], bv[TN];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) a[i] = As[kk][ty * TM + i];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[kk][tx * TN + j];
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(a[i], bv[j], acc[i][j]);
-    }
-    __syncthreads();
+    return out;
   }
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int j = 0; j < TN; ++j) {
-      const int64_t m = m0 + ty * TM + i, n = n0 + tx * TN + j;
-      if (m < kM && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j], b, m, n$EPARGS$));
+  if (wgmma_viable(req)) {
+    // Hopper: the wgmma tilings only (two consumers with 64- or 128-row tiles, one
+    // consumer for narrow or skinny problems): mma_sync won none of the 28 shapes of
+    // docs/BENCHMARKS.md's suite on the H100. Where even the largest tiles fill every SM
+    // at least once, the problem is compute-bound and a cost model prunes before anything
+    // compiles: a tiling's time is its waves (units of work over the SMs, rounded up) times
+    // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
+    // down to 0.7 for 64x128 and 0.5 for 64x64: rough figures read off the suite runs in docs/BENCHMARKS.md,
+    // not a fit); tilings estimated 15 % or more behind the best are not tried (at 4096^3
+    // that leaves 6 of 11, as many as a cold autotune times in 15 s). Only these problems
+    // try 128x256 in clusters of two, which move a third less through L2 and won the wide
+    // LLM projections but lose a little where tiles are few. Smaller problems are memory-
+    // or latency-bound, where the model ranks badly (128x64 won 128x4096x4096), so they
+    // try every tiling without clusters, 64x64 tiles too (2-3 % ahead of the searched ones at
+    // 128x4096x4096 and 128x4096x11008). Where M fits one 64-row tile (decode: M of 1 to 64),
+    // a taller tile only computes zeros: they ranked below every 64-row tiling in all 8 such
+    // autotunes of the H100 runs of commit 7b57724, so only 64-row tilings are tried.
+    const GemmProblem g = gemm_problem(req.spec);
+    struct Tiling {
+      int bm, bn, warps, stages;
+      double efficiency;
+      int cluster_m = 1;
+    };
+    static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
+                                                 {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
+                                                 {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
+    auto estimate = [&](const Tiling& t) {
+      return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
+    };
+    const bool compute_bound = tile_count(g, 128, 256) >= kSms;
+    double best = std::numeric_limits<double>::max();
+    for (const Tiling& t : kTilings) best = std::min(best, estimate(t));
+    for (const Tiling& t : kTilings) {
+      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
+      out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
+                     {"cluster_m", t.cluster_m}, {"mma", "wgmma"}});
     }
+    // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
+    const int split = small_problem_split_k(g, 64, 128);
+    for (int s : {split, split / 2}) {
+      if (s > 1) {
+        out.push_back({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", s}, {"cluster_m", 1}, {"mma", "wgmma"}});
+      }
+    }
+    return out;
+  }
+  for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{
+           {128, 128, 32, 4, 3}, {128, 128, 32, 4, 4}, {128, 256, 32, 8, 3}, {256, 128, 32, 8, 3}, {128, 128, 64, 4, 3},
+           {64, 128, 32, 4, 4}, {128, 64, 32, 4, 4}, {64, 64, 32, 4, 4}, {128, 256, 64, 8, 3}, {64, 256, 32, 4, 3}}) {
+    out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}, {"stages", s}, {"mma", "mma_sync"}});
+  }
+  return out;
 }
 
-}  // namespace
-
-extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = 0; return 0; }
-$SHAPE_CHECK$$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
-  gemm_simt<<<grid, THREADS, 0, stream>>>($A$, $B$, $C$$EPARGS$);
-  return cudaGetLastError() == cudaSuccess ? 0 : 3;
+void CudaGemm::complete_params(json& params) const {
+  if (cuda_mma(params) != CudaMma::kWgmma) return;
+  for (auto it = kWgmmaDefaults.begin(); it != kWgmmaDefaults.end(); ++it) {
+    if (!params.contains(it.key())) params[it.key()] = it.value();
+  }
 }
-)";
 
-}  // namespace
+void CudaGemm::choose_params(TemplateRequest& req, const GemmProblem& g) const {
+  if (!wgmma_viable(req)) return;
+  // Hopper's fast path by default, as the mma_sync defaults are for sm_80 and later. A
+  // problem of fewer 128x256 tiles than half the 132 SMs of an H100 (small M, or small
+  // M and N) takes 64x128 tiles with one consumer warpgroup and 8 stages instead, the tiling
+  // that won the skinny shapes (docs/BENCHMARKS.md): four times the tiles to spread, and
+  // K split where even those leave half the SMs idle. Problems whose 128x256 tiles fill
+  // every SM run them in clusters of two that share B.
+  req.spec.params = kWgmmaDefaults;
+  const int64_t tiles = tile_count(g, 128, 256);
+  if (tiles >= kSms) req.spec.params["cluster_m"] = 2;
+  if (tiles < 66) {
+    req.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8},
+                       {"split_k", small_problem_split_k(g, 64, 128)}, {"cluster_m", 1}, {"mma", "wgmma"}};
+  }
+}
 
-std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
-                             const EpilogueCode& ep, uint64_t& workspace_bytes) {
+void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p) const {
+  const json& q = r.spec.params;
+  if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
+  if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
+  if (g.ab == Dtype::kFloat32) {
+    const int threads = warps * 32;
+    const int per = bm * bn / threads;
+    const int tn = per <= 16 ? 4 : 8;
+    if (per < 4 || per > 64 || bm * bn % threads != 0 || bn % tn != 0 || (bn / tn) > threads || threads % (bn / tn) != 0 ||
+        bm % (threads / (bn / tn)) != 0) {
+      p.add("/params/warps", "float32 SIMT: block_m x block_n / (warps x 32) = " + std::to_string(per) + " outputs per thread; it must be 4 to 64 and tile the block");
+    }
+    if (bk > 32) p.add("/params/block_k", "float32 SIMT takes block_k up to 32");
+    const int64_t smem = int64_t(bk) * (bm + 4 + bn + 4) * 4;
+    if (smem > 48 * 1024) p.add("/params/block_k", "float32 SIMT tiles need " + std::to_string(smem) + " bytes of static shared memory; the limit is 49152");
+    return;
+  }
+  for (size_t i = 0; i < r.archs.size(); ++i) {
+    int sm = std::atoi(r.archs[i].c_str() + 3);
+    if (sm < 80) p.add(arch_field(r, i), "the float16/bfloat16 gemm uses mma.sync and cp.async: sm_80 or newer, not " + r.archs[i]);
+    const int64_t smem = int64_t(stages) * (int64_t(bm) * (bk + 8) + int64_t(bk) * (bn + 8)) * 2;
+    if (smem > cuda_smem_limit(r.archs[i])) {
+      p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) +
+                                  " tiles need " + std::to_string(smem) + " bytes of shared memory; " + r.archs[i] + " has " + std::to_string(cuda_smem_limit(r.archs[i])));
+    }
+  }
+  const int wm = warps >= 4 ? 2 : 1;
+  const int wn = warps / wm;
+  const int wtm = bm / wm, wtn = bn / wn;
+  if (wtm % 16 != 0 || wtn % 16 != 0 || wtm < 16 || wtn < 16) {
+    p.add("/params/warps", std::to_string(warps) + " warps split a " + std::to_string(bm) + "x" + std::to_string(bn) + " block into " + std::to_string(wtm) + "x" + std::to_string(wtn) + " warp tiles; each must be a multiple of 16x16");
+  } else if ((wtm / 16) * (wtn / 8) * 4 > 128) {
+    p.add("/params/warps", "a " + std::to_string(wtm) + "x" + std::to_string(wtn) + " warp tile holds " + std::to_string((wtm / 16) * (wtn / 8) * 4) + " accumulators per thread; the limit is 128 (registers)");
+  }
+  const int threads = warps * 32;
+  if ((bm * bk / 8) % threads != 0 && bm * bk / 8 < threads) p.add("/params/block_k", "the A tile is too small for the block's threads to load");
+}
+
+// Where no stride depends on M: 16-bit operands (the tensor-core kernels and their reference),
+// one batch, M >= 2 (a size-1 dimension's stride says nothing), and M the outermost dimension
+// of every tensor that has one (A with unit K stride, C with unit N stride, epilogue inputs
+// that are not broadcast over M), so the request's strides hold for any M. The caller's
+// tensors then have the request's strides and M rows.
+bool CudaGemm::runtime_m(const TemplateRequest& req, const GemmProblem& p) const {
+  if (p.ab != Dtype::kFloat16 && p.ab != Dtype::kBFloat16) return false;
+  if (p.batch != 1 || p.M < 2 || p.sAk != 1 || p.sAm < p.K || p.sCn != 1 || p.sCm < p.N) return false;
+  for (const auto& op : req.spec.epilogue) {
+    if (op.input < 0) continue;
+    const TensorMeta& t = req.spec.inputs[static_cast<size_t>(op.input)];
+    if (t.rank() < 2 || t.sizes[t.rank() - 2] == 1) continue;  // broadcast over M
+    const size_t m = t.rank() - 2, n = t.rank() - 1;
+    if (t.sizes[n] > 1 && t.strides[m] < t.strides[n] * t.sizes[n]) return false;
+  }
+  return true;
+}
+
+std::string CudaGemm::gelu_function(bool tanh) const {
+  static const KernelFile& gelu = kernel_file("gemm/gelu.cuh");
+  return gelu.section(tanh ? "gelu_tanh" : "gelu_erf");
+}
+
+std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig, const EpilogueCode& ep,
+                             bool reference, uint64_t& workspace_bytes) const {
+  if (reference) return render_reference_gpu(req, p, sig, ep, "cudaGetLastError() == cudaSuccess");
+  static const KernelFile& simt = kernel_file("gemm/simt.cuh");
+  static const KernelFile& mma_sync = kernel_file("gemm/mma_sync.cuh");
   const auto& q = req.spec.params;
   Subst s;
   set_problem(s, p);
@@ -840,9 +409,9 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
       << ep.function;
   if (p.ab == Dtype::kFloat32) {
-    src << s.apply(kSimtKernel);
+    src << s.apply(simt.section("simt"));
   } else if (!wgmma) {
-    src << s.apply(kTensorCoreKernel) << s.apply(kTensorCoreEntry);
+    src << s.apply(mma_sync.section("kernel")) << s.apply(mma_sync.section("entry"));
   } else {
     // The mma_sync kernel, at a tiling valid on every sm_80+ part, serves misaligned views.
     Subst fallback = s;
@@ -862,9 +431,16 @@ std::string render_gemm_cuda(const TemplateRequest& req, const GemmProblem& p, c
       s.set("a_outer", "M").set("a_batch_stride", "(uint64_t(M) * " + std::to_string(ta->outer_stride) + " + 7) / 8 * 8");
     }
     s.set("wgmma_fn", wgmma_function(q["block_n"].get<int>(), mma_type, ta->kmajor, tb->kmajor));
-    src << fallback.apply(kTensorCoreKernel) << s.apply(kWgmmaKernel) << s.apply(kWgmmaEntry);
+    src << fallback.apply(mma_sync.section("kernel")) << s.apply(kernel_file("gemm/wgmma.cuh").section("wgmma"));
   }
   return src.str();
+}
+
+}  // namespace
+
+const GemmBackend& gemm_cuda_backend() {
+  static const CudaGemm backend;
+  return backend;
 }
 
 }  // namespace kforge::core::templates

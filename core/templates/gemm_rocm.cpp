@@ -1,157 +1,69 @@
-// The rocm gemm: LDS-tiled, one kernel for every arch of a fat binary. On CDNA (gfx908,
-// gfx90a, gfx94x) each wavefront computes its tile with 16x16 MFMA instructions
-// (v_mfma_f32_16x16x16f16, ..._16x16x16bf16_1k on gfx90a+, ..._16x16x4f32); elsewhere
-// (RDNA, older GCN) the same tiles are computed by plain FMAs. The launch configuration is
-// the same for both, so the host code does not need to know which arch it runs on.
+// The rocm backend of the gemm template: its parameters, default autotune choices, checks and
+// rendering (kernel files gemm/rocm.hip and gemm/reference.cuh). The kernel is LDS-tiled, one
+// for every arch of a fat binary. On CDNA (gfx908, gfx90a, gfx94x) each wavefront computes its
+// tile with 16x16 MFMA instructions (v_mfma_f32_16x16x16f16, ..._16x16x16bf16_1k on gfx90a+,
+// ..._16x16x4f32); elsewhere (RDNA, older GCN) the same tiles are computed by plain FMAs. The
+// launch configuration is the same for both, so the host code does not need to know which
+// arch it runs on.
 #include <sstream>
+#include <tuple>
 
-#include "core/templates/gemm.hpp"
+#include "core/templates/gemm_backend.hpp"
+#include "core/templates/kernel_file.hpp"
 #include "core/templates/render_util.hpp"
 
 namespace kforge::core::templates {
 namespace {
 
-constexpr const char* kKernel = R"(
-constexpr int BM = $bm$, BN = $bn$, BK = $bk$, WAVES = $warps$;
-constexpr int THREADS = WAVES * 64;
-constexpr int WM = WAVES >= 2 ? 2 : 1, WN = WAVES / WM;
-constexpr int WTM = BM / WM, WTN = BN / WN, TI = WTM / 16, TJ = WTN / 16;
-constexpr int LDK = BK + 4;  // padded row: LDS tiles are [rows][k]
-constexpr bool A_KFAST = $a_kfast$, B_KFAST = $b_kfast$;
+using nlohmann::json;
 
-#if $mfma_cond$
-#define KF_USE_MFMA 1
-#else
-#define KF_USE_MFMA 0
-#endif
+std::vector<json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
 
-typedef float float4_t __attribute__((ext_vector_type(4)));
-typedef _Float16 half4_t __attribute__((ext_vector_type(4)));
-typedef short short4_t __attribute__((ext_vector_type(4)));
+int64_t rocm_lds_limit(const std::string&) { return 64 * 1024; }
 
-__device__ __forceinline__ short bf16_bits(float f) {
-  hip_bfloat16 h(f);
-  return static_cast<short>(h.data);
+class RocmGemm final : public GemmBackend {
+ public:
+  std::vector<ParamSpec> params(const TemplateRequest& req) const override;
+  std::vector<json> default_choices(const TemplateRequest& req) const override;
+  void check(const TemplateRequest& req, const GemmProblem& g, Problems& p) const override;
+  std::string render(const TemplateRequest& req, const GemmProblem& g, const KernelSignature& sig, const EpilogueCode& ep,
+                     bool reference, uint64_t& workspace_bytes) const override;
+};
+
+std::vector<ParamSpec> RocmGemm::params(const TemplateRequest&) const {
+  return {{"block_m", "int", ints({32, 64, 128, 256}), 64, "rows of C per workgroup"},
+          {"block_n", "int", ints({32, 64, 128, 256}), 64, "columns of C per workgroup"},
+          {"block_k", "int", ints({8, 16, 32}), 16, "depth of an LDS tile"},
+          {"warps", "int", ints({1, 2, 4}), 4, "wavefronts per workgroup (2 x warps/2 from 2 on)"}};
 }
 
-__global__ void __launch_bounds__(THREADS) gemm_lds(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C$EPPARAMS$) {
-  __shared__ float As[BM * LDK];
-  __shared__ float Bs[BN * LDK];
-  const int64_t b = blockIdx.z;
-  const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
-  const T* Ab = A + offA + b * sAb;
-  const T* Bb = B + offB + b * sBb;
-#if KF_USE_MFMA
-  const int wave = threadIdx.x / 64, lane = threadIdx.x % 64;
-  const int wm = wave / WN, wn = wave % WN;
-  float4_t acc[TI][TJ];
-  for (int i = 0; i < TI; ++i)
-    for (int j = 0; j < TJ; ++j) acc[i][j] = float4_t{0.0f, 0.0f, 0.0f, 0.0f};
-#else
-  constexpr int PER = BM * BN / THREADS;
-  constexpr int TN = PER <= 16 ? 4 : 8, TX = BN / TN, TY = THREADS / TX, TM = BM / TY;
-  const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-  float acc[TM][TN] = {};
-#endif
-  for (int64_t k0 = 0; k0 < kK; k0 += BK) {
-    for (int idx = threadIdx.x; idx < BM * BK; idx += THREADS) {
-      const int mm = A_KFAST ? idx / BK : idx % BM, kk = A_KFAST ? idx % BK : idx / BM;
-      const int64_t m = m0 + mm, k = k0 + kk;
-      As[mm * LDK + kk] = m < kM && k < kK ? kf_to_float(Ab[m * sAm + k * sAk]) : 0.0f;
-    }
-    for (int idx = threadIdx.x; idx < BN * BK; idx += THREADS) {
-      const int nn = B_KFAST ? idx / BK : idx % BN, kk = B_KFAST ? idx % BK : idx / BN;
-      const int64_t n = n0 + nn, k = k0 + kk;
-      Bs[nn * LDK + kk] = n < kN && k < kK ? kf_to_float(Bb[k * sBk + n * sBn]) : 0.0f;
-    }
-    __syncthreads();
-#if KF_USE_MFMA
-    // 16x16 tiles; lane l holds row/col l % 16 and k = kstep + 4 * (l / 16) + {0..3}
-    // (16-bit types), or k = kstep + l / 16 (float32).
-    for (int kk = 0; kk < BK; kk += KSTEP) {
-      for (int i = 0; i < TI; ++i) {
-        const float* ap = As + (wm * WTM + i * 16 + lane % 16) * LDK + kk;
-        for (int j = 0; j < TJ; ++j) {
-          const float* bp = Bs + (wn * WTN + j * 16 + lane % 16) * LDK + kk;
-          acc[i][j] = mfma_step(ap, bp, lane, acc[i][j]);
-        }
-      }
-    }
-#else
-    for (int kk = 0; kk < BK; ++kk) {
-      float av[TM], bv[TN];
-      for (int i = 0; i < TM; ++i) av[i] = As[(ty * TM + i) * LDK + kk];
-      for (int j = 0; j < TN; ++j) bv[j] = Bs[(tx * TN + j) * LDK + kk];
-      for (int i = 0; i < TM; ++i)
-        for (int j = 0; j < TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-#endif
-    __syncthreads();
+std::vector<json> RocmGemm::default_choices(const TemplateRequest&) const {
+  std::vector<json> out;
+  for (auto [bm, bn, bk, w] : std::vector<std::tuple<int, int, int, int>>{{64, 64, 16, 4}, {128, 128, 16, 4}, {128, 64, 16, 4}, {64, 128, 32, 4}}) {
+    out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", w}});
   }
-#if KF_USE_MFMA
-  // D layout: lane l, element e -> row 4 * (l / 16) + e, column l % 16.
-  for (int i = 0; i < TI; ++i)
-    for (int j = 0; j < TJ; ++j)
-      for (int e = 0; e < 4; ++e) {
-        const int64_t m = m0 + wm * WTM + i * 16 + 4 * (lane / 16) + e;
-        const int64_t n = n0 + wn * WTN + j * 16 + lane % 16;
-        if (m < kM && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n$EPARGS$));
-      }
-#else
-  for (int i = 0; i < TM; ++i)
-    for (int j = 0; j < TN; ++j) {
-      const int64_t m = m0 + ty * TM + i, n = n0 + tx * TN + j;
-      if (m < kM && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j], b, m, n$EPARGS$));
-    }
-#endif
+  return out;
 }
 
-}  // namespace
-
-extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = 0; return 0; }
-$SHAPE_CHECK$$NULLCHECKS$  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((kM + BM - 1) / BM), unsigned(kBatch));
-  hipLaunchKernelGGL(gemm_lds, grid, dim3(THREADS), 0, stream, $A$, $B$, $C$$EPARGS$);
-  return hipGetLastError() == hipSuccess ? 0 : 3;
+void RocmGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p) const {
+  const json& q = r.spec.params;
+  int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"];
+  const int64_t lds = (int64_t(bm) + bn) * (bk + 4) * 4;
+  for (const auto& a : r.archs) {
+    if (lds > rocm_lds_limit(a)) p.add("/params/block_k", "tiles need " + std::to_string(lds) + " bytes of LDS; " + a + " has 65536");
+  }
+  const int wm = warps >= 2 ? 2 : 1, wn = warps / wm;
+  if (bm / wm < 32 || bn / wn < 32 || (bm / wm) % 32 || (bn / wn) % 32) {
+    p.add("/params/warps", std::to_string(warps) + " wavefronts split a " + std::to_string(bm) + "x" + std::to_string(bn) + " block into tiles that are not multiples of 32x32 (the MFMA tile)");
+  }
+  if ((bm / wm / 16) * (bn / wn / 16) * 4 > 128) p.add("/params/warps", "the wavefront tile needs more than 128 accumulator registers");
+  (void)g;
 }
-)";
 
-// One MFMA step per dtype, defined before the kernel (it needs KF_USE_MFMA's types).
-constexpr const char* kStepF16 = R"(
-constexpr int KSTEP = 16;
-#if KF_USE_MFMA
-__device__ __forceinline__ float4_t mfma_step(const float* ap, const float* bp, int lane, float4_t c) {
-  const int k = 4 * (lane / 16);
-  half4_t a = {_Float16(ap[k]), _Float16(ap[k + 1]), _Float16(ap[k + 2]), _Float16(ap[k + 3])};
-  half4_t b = {_Float16(bp[k]), _Float16(bp[k + 1]), _Float16(bp[k + 2]), _Float16(bp[k + 3])};
-  return __builtin_amdgcn_mfma_f32_16x16x16f16(a, b, c, 0, 0, 0);
-}
-#endif
-)";
-constexpr const char* kStepBF16 = R"(
-constexpr int KSTEP = 16;
-#if KF_USE_MFMA
-__device__ __forceinline__ float4_t mfma_step(const float* ap, const float* bp, int lane, float4_t c) {
-  const int k = 4 * (lane / 16);
-  short4_t a = {bf16_bits(ap[k]), bf16_bits(ap[k + 1]), bf16_bits(ap[k + 2]), bf16_bits(ap[k + 3])};
-  short4_t b = {bf16_bits(bp[k]), bf16_bits(bp[k + 1]), bf16_bits(bp[k + 2]), bf16_bits(bp[k + 3])};
-  return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(a, b, c, 0, 0, 0);
-}
-#endif
-)";
-constexpr const char* kStepF32 = R"(
-constexpr int KSTEP = 4;
-#if KF_USE_MFMA
-__device__ __forceinline__ float4_t mfma_step(const float* ap, const float* bp, int lane, float4_t c) {
-  return __builtin_amdgcn_mfma_f32_16x16x4f32(ap[lane / 16], bp[lane / 16], c, 0, 0, 0);
-}
-#endif
-)";
-
-}  // namespace
-
-std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig,
-                             const EpilogueCode& ep) {
+std::string RocmGemm::render(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig, const EpilogueCode& ep,
+                             bool reference, uint64_t&) const {
+  if (reference) return render_reference_gpu(req, p, sig, ep, "hipGetLastError() == hipSuccess");
+  static const KernelFile& kernel = kernel_file("gemm/rocm.hip");
   const auto& q = req.spec.params;
   Subst s;
   set_problem(s, p);
@@ -161,23 +73,26 @@ std::string render_gemm_rocm(const TemplateRequest& req, const GemmProblem& p, c
   s.set("EPARGS", ep.args).set("EPPARAMS", ep.params);
   s.set("DECL", sig.declaration()).set("NULLCHECKS", sig.null_checks("  "));
   s.set("a_kfast", std::string(p.sAk == 1 ? "true" : "false")).set("b_kfast", std::string(p.sBk == 1 && p.sBn != 1 ? "true" : "false"));
-  const char* step = kStepF32;
+  const char* step = "step_f32";
   std::string cond = "defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__)";
-  if (p.ab == Dtype::kFloat16) step = kStepF16;
+  if (p.ab == Dtype::kFloat16) step = "step_f16";
   if (p.ab == Dtype::kBFloat16) {
-    step = kStepBF16;
+    step = "step_bf16";
     cond = "defined(__gfx90a__) || defined(__gfx940__)";  // the _1k bf16 MFMA starts with gfx90a
   }
   s.set("mfma_cond", cond);
-  // The step function goes between the type definitions and the kernel.
-  std::string kernel = s.apply(kKernel);
-  const std::string marker = "__global__ void __launch_bounds__";
-  kernel.insert(kernel.find(marker), step);
   std::ostringstream src;
   src << prelude(req.backend) << "\nnamespace {\n" << problem_constants(s, p)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
-      << ep.function << kernel;
+      << ep.function << s.apply(kernel.section("head")) << kernel.section(step) << s.apply(kernel.section("kernel"));
   return src.str();
+}
+
+}  // namespace
+
+const GemmBackend& gemm_rocm_backend() {
+  static const RocmGemm backend;
+  return backend;
 }
 
 }  // namespace kforge::core::templates

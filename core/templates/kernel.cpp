@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/templates/kernel_file.hpp"
+
 namespace kforge::core::templates {
 
 std::string element_ctype(Backend backend, Dtype dtype) {
@@ -20,52 +22,12 @@ std::string element_ctype(Backend backend, Dtype dtype) {
 }
 
 std::string prelude(Backend backend) {
-  std::ostringstream s;
-  s << "// Rendered by kforge. Tensors are addressed through the strides and offsets baked in below.\n";
-  const char* fn = "static inline";
   switch (backend) {
-    case Backend::kCpu:
-      s << "#include <algorithm>\n#include <cmath>\n#include <cstddef>\n#include <cstdint>\n#include <cstdlib>\n"
-           "#include <cstring>\n#include <immintrin.h>\n#include <omp.h>\n"
-           "#define PT_EXPORT __attribute__((visibility(\"default\")))\n"
-           "#define KF_HD\n"
-           "struct bfloat16 { uint16_t bits; };  // bfloat16 storage\n"
-           "static inline float kf_to_float(bfloat16 v) { uint32_t u = uint32_t(v.bits) << 16; float f; std::memcpy(&f, &u, 4); return f; }\n"
-           "static inline void kf_store(bfloat16* p, float f) {\n"
-           "  uint32_t u; std::memcpy(&u, &f, 4);\n"
-           "  if ((u & 0x7fffffffu) > 0x7f800000u) { p->bits = uint16_t((u >> 16) | 0x40); return; }  // quiet NaN\n"
-           "  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even\n"
-           "  p->bits = uint16_t(u >> 16);\n"
-           "}\n"
-           "static inline float kf_to_float(_Float16 v) { return float(v); }\n"
-           "static inline void kf_store(_Float16* p, float f) { *p = _Float16(f); }\n";
-      break;
-    case Backend::kCuda:
-      fn = "__device__ __forceinline__";
-      s << "#include <cuda_runtime.h>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n#include <cstddef>\n#include <cstdint>\n"
-           "#define PT_EXPORT __attribute__((visibility(\"default\")))\n"
-           "#define KF_HD __device__ __forceinline__\n"
-           "__device__ __forceinline__ float kf_to_float(half v) { return __half2float(v); }\n"
-           "__device__ __forceinline__ void kf_store(half* p, float f) { *p = __float2half_rn(f); }\n"
-           "__device__ __forceinline__ float kf_to_float(__nv_bfloat16 v) { return __bfloat162float(v); }\n"
-           "__device__ __forceinline__ void kf_store(__nv_bfloat16* p, float f) { *p = __float2bfloat16_rn(f); }\n";
-      break;
-    case Backend::kRocm:
-      fn = "__device__ __forceinline__";
-      s << "#include <hip/hip_runtime.h>\n#include <hip/hip_bfloat16.h>\n#include <cstddef>\n#include <cstdint>\n"
-           "#define PT_EXPORT __attribute__((visibility(\"default\")))\n"
-           "#define KF_HD __device__ __forceinline__\n"
-           "__device__ __forceinline__ float kf_to_float(_Float16 v) { return float(v); }\n"
-           "__device__ __forceinline__ void kf_store(_Float16* p, float f) { *p = _Float16(f); }\n"
-           "__device__ __forceinline__ float kf_to_float(hip_bfloat16 v) { return float(v); }\n"
-           "__device__ __forceinline__ void kf_store(hip_bfloat16* p, float f) { *p = hip_bfloat16(f); }\n";
-      break;
+    case Backend::kCpu: return kernel_file("prelude/cpu.inc").section("prelude");
+    case Backend::kCuda: return kernel_file("prelude/cuda.cuh").section("prelude");
+    case Backend::kRocm: return kernel_file("prelude/rocm.hip").section("prelude");
   }
-  s << fn << " float kf_to_float(float v) { return v; }\n"
-    << fn << " float kf_to_float(double v) { return float(v); }\n"
-    << fn << " void kf_store(float* p, float f) { *p = f; }\n"
-    << fn << " void kf_store(double* p, float f) { *p = double(f); }\n";
-  return s.str();
+  return {};
 }
 
 KernelSignature::KernelSignature(const TemplateRequest& req, std::vector<ScalarArg> scalars) : req_(req) {

@@ -18,7 +18,8 @@ namespace kforge::core::templates {
 
 // The C element type a backend uses for a dtype ("half", "__nv_bfloat16", "_Float16", ...).
 std::string element_ctype(Backend backend, Dtype dtype);
-// Includes, PT_EXPORT and dtype helpers (to_float / from_float) for a backend.
+// Includes, PT_EXPORT and dtype helpers (kf_to_float / kf_store) for a backend: the kernel
+// files prelude/cpu.inc, prelude/cuda.cuh, prelude/rocm.hip.
 std::string prelude(Backend backend);
 
 struct ScalarArg {

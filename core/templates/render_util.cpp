@@ -13,11 +13,13 @@ std::string Subst::apply(const std::string& text) const {
     if (a == std::string::npos) break;
     size_t b = text.find('$', a + 1);
     if (b == std::string::npos) throw std::logic_error("unterminated $ in template text");
-    out.append(text, pos, a - pos);
+    // `/*$name$*/`, an insertion point: the comment marks go with it.
+    const bool marks = a >= pos + 2 && text.compare(a - 2, 2, "/*") == 0 && text.compare(b + 1, 2, "*/") == 0;
+    out.append(text, pos, (marks ? a - 2 : a) - pos);
     auto it = vars_.find(text.substr(a + 1, b - a - 1));
     if (it == vars_.end()) throw std::logic_error("template variable $" + text.substr(a + 1, b - a - 1) + "$ is not set");
     out += it->second;
-    pos = b + 1;
+    pos = marks ? b + 3 : b + 1;
   }
   out.append(text, pos);
   return out;

@@ -15,7 +15,9 @@ class Subst {
   template <class T>
   Subst& set(const std::string& k, T v) { vars_[k] = std::to_string(v); return *this; }
   const std::string& get(const std::string& k) const { return vars_.at(k); }
-  // Replaces every $name$; an unknown name is a bug and throws.
+  // Replaces every $name$ with its value, and every /*$name$*/ (an insertion point of a kernel
+  // file: kernel_file.hpp) including its comment marks; values are not scanned again. An
+  // unknown name is a bug and throws std::logic_error.
   std::string apply(const std::string& text) const;
 
  private:

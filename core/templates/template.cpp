@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "core/templates/gemm.hpp"
-
 namespace kforge::core::templates {
 
 nlohmann::json ParamSpec::to_json() const {
@@ -20,7 +18,7 @@ nlohmann::json Template::describe(const TemplateRequest& req) const {
 const Registry& Registry::builtin() {
   static const Registry* r = [] {
     auto* reg = new Registry();
-    reg->add(std::make_unique<GemmTemplate>());
+    for (const TemplateFactory make : builtin_templates()) reg->add(make());
     return reg;
   }();
   return *r;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,13 @@ class Template {
   nlohmann::json describe(const TemplateRequest& req) const;  // for GET /templates/{name}
 };
 
+// Makes one template; builtin_templates() (builtin.cpp) is the table of the built-in ones.
+using TemplateFactory = std::unique_ptr<Template> (*)();
+std::span<const TemplateFactory> builtin_templates();
+
 class Registry {
  public:
+  // One of each builtin_templates(), made on first use.
   static const Registry& builtin();
   const Template* find(const std::string& name) const;
   const std::vector<std::unique_ptr<Template>>& all() const { return templates_; }

@@ -1,6 +1,7 @@
-// The Hopper gemm's default search (GemmTemplate::default_choices on sm_90a): wgmma tilings
-// only, pruned by the cost model where the problem is compute-bound (which alone tries
-// clusters), split-K added where the tiles leave SMs idle. And which gelu each rendering uses.
+// The Hopper gemm's default search (the cuda backend's default_choices, gemm_cuda.cpp, on
+// sm_90a): wgmma tilings only, pruned by the cost model where the problem is compute-bound
+// (which alone tries clusters), split-K added where the tiles leave SMs idle. And which gelu
+// each rendering uses.
 #include <gtest/gtest.h>
 
 #include <set>

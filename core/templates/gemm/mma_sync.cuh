@@ -1,0 +1,228 @@
+// The cuda gemm for float16/bfloat16 before Hopper (and a Hopper kernel's fallback for
+// misaligned views): mma.sync.m16n8k16 tensor-core tiles fed by ldmatrix from padded shared
+// memory, a `stages`-deep cp.async pipeline, and a shared-memory layout per operand chosen
+// from its strides (K-major tiles load with ldmatrix, M- or N-major tiles with ldmatrix.trans),
+// so row- and column-major operands both stream 16-byte vectors. Chunks that straddle an edge,
+// unaligned bases and non-unit strides fall back to element loads. Rendered by
+// gemm_cuda.cpp after the prelude, the problem's constants, T, TC and kf_epilogue: section
+// `kernel` (namespace tc), then `entry`, which a wgmma kernel replaces with its own.
+//
+// A kernel file (docs/TEMPLATES.md, "Kernel files"): the renderer takes the text of each
+// `// @section NAME` ... `// @end NAME` block, keeps the first branch of its
+// `#ifdef KFORGE_RENDERED` alternatives, and substitutes `$name$` (a value; a macro defined
+// below in a compile on its own) and `/*$name$*/` (generated code, such as the epilogue's
+// arguments; nothing in a compile on its own). Everything outside the sections is there only
+// so that this file compiles on its own (tests/integration/kernel_files_test.cpp):
+//   nvcc -std=c++17 --expt-relaxed-constexpr -arch=sm_80 -x cu -c mma_sync.cuh -o mma_sync.o
+#include "../prelude/cuda.cuh"
+
+namespace {
+#include "standalone.h"
+using T = half;
+using TC = half;
+// The placeholders, for a compile on its own.
+#define $bm$ 128
+#define $bn$ 128
+#define $bk$ 32
+#define $warps$ 4
+#define $stages$ 3
+#define $a_mmajor$ false
+#define $b_kmajor$ false
+#define $a_vec$ true
+#define $b_vec$ true
+// The signature KernelSignature writes, for tensors A, B and C.
+#define $DECL$ PT_EXPORT int KERNEL_NAME(const half* in_ptr0, const half* in_ptr1, half* out_ptr0, \
+    int64_t M, int64_t N, int64_t K, int64_t batch, size_t* workspace_size, uint8_t* workspace, cudaStream_t stream)
+#define $A$ in_ptr0
+#define $B$ in_ptr1
+#define $C$ out_ptr0
+
+// @section kernel
+
+namespace tc {
+constexpr int BM = $bm$, BN = $bn$, BK = $bk$, WARPS = $warps$, STAGES = $stages$;
+constexpr int THREADS = WARPS * 32;
+constexpr int WM = WARPS >= 4 ? 2 : 1, WN = WARPS / WM;
+constexpr int WTM = BM / WM, WTN = BN / WN;
+constexpr int MI = WTM / 16, NI = WTN / 8;
+constexpr int PAD = 8;  // elements; keeps ldmatrix rows 16-byte aligned and off each other's banks
+constexpr bool A_MMAJOR = $a_mmajor$, B_KMAJOR = $b_kmajor$;
+// Tile shapes as stored: [rows][cols + PAD], cols contiguous.
+constexpr int A_ROWS = A_MMAJOR ? BK : BM, A_COLS = A_MMAJOR ? BM : BK;
+constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
+constexpr int A_TILE = A_ROWS * (A_COLS + PAD), B_TILE = B_ROWS * (B_COLS + PAD);
+constexpr int SMEM_BYTES = STAGES * (A_TILE + B_TILE) * int(sizeof(T));
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Copies the [rows][cols] tile at (row0, col0) of a strided operand into shared memory.
+template <int ROWS, int COLS, bool VEC>
+__device__ __forceinline__ void load_tile(T* __restrict__ s, const T* __restrict__ g, int64_t row0, int64_t nrows,
+                                          int64_t srow, int64_t col0, int64_t ncols, int64_t scol) {
+  constexpr int CHUNKS = ROWS * COLS / 8;
+  for (int c = threadIdx.x; c < CHUNKS; c += THREADS) {
+    const int r = c / (COLS / 8), cc = (c % (COLS / 8)) * 8;
+    const int64_t gr = row0 + r, gc = col0 + cc;
+    T* dst = s + r * (COLS + PAD) + cc;
+    if (VEC && gr < nrows && gc + 8 <= ncols) {
+      cp_async16(dst, g + gr * srow + gc);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float v = gr < nrows && gc + e < ncols ? kf_to_float(g[gr * srow + (gc + e) * scol]) : 0.0f;
+        kf_store(dst + e, v);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const T* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const T* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef KFORGE_RENDERED
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.$mma_type$.$mma_type$.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+#else  // KFORGE_RENDERED
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+#endif  // KFORGE_RENDERED
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <bool VEC_A, bool VEC_B>
+__global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* const As = reinterpret_cast<T*>(smem_raw);
+  T* const Bs = As + STAGES * A_TILE;
+  const int64_t b = blockIdx.z;
+  const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
+  const T* Ab = A + offA + b * sAb;
+  const T* Bb = B + offB + b * sBb;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / WN, wn = warp % WN;
+  const int g = lane / 8, r = lane % 8;
+
+  auto load_stage = [&](int stage, int64_t kt) {
+    const int64_t k0 = kt * BK;
+    if (A_MMAJOR) load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, k0, kK, sAk, m0, M, sAm);
+    else load_tile<A_ROWS, A_COLS, VEC_A>(As + stage * A_TILE, Ab, m0, M, sAm, k0, kK, sAk);
+    if (B_KMAJOR) load_tile<B_ROWS, B_COLS, VEC_B>(Bs + stage * B_TILE, Bb, n0, kN, sBn, k0, kK, sBk);
+    else load_tile<B_ROWS, B_COLS, VEC_B>(Bs + stage * B_TILE, Bb, k0, kK, sBk, n0, kN, sBn);
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+  auto compute_stage = [&](int stage) {
+    const T* as = As + stage * A_TILE;
+    const T* bs = Bs + stage * B_TILE;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      uint32_t af[MI][4];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int mb = wm * WTM + i * 16;
+        if (A_MMAJOR) ldmatrix_x4_trans(af[i], as + (kk + (g / 2) * 8 + r) * (A_COLS + PAD) + mb + (g % 2) * 8);
+        else ldmatrix_x4(af[i], as + (mb + (g % 2) * 8 + r) * (A_COLS + PAD) + kk + (g / 2) * 8);
+      }
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        const int nb = wn * WTN + j * 8;
+        uint32_t bf[4];
+        if (B_KMAJOR) ldmatrix_x4(bf, bs + (nb + (g / 2) * 8 + r) * (B_COLS + PAD) + kk + (g % 2) * 8);
+        else ldmatrix_x4_trans(bf, bs + (kk + (g % 2) * 8 + r) * (B_COLS + PAD) + nb + (g / 2) * 8);
+#pragma unroll
+        for (int i = 0; i < MI; ++i) {
+          mma16816(acc[i][j], af[i], bf[0], bf[1]);
+          mma16816(acc[i][j + 1], af[i], bf[2], bf[3]);
+        }
+      }
+    }
+  };
+
+  const int64_t ktiles = (kK + BK - 1) / BK;
+  if constexpr (STAGES == 1) {
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      load_stage(0, kt);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      compute_stage(0);
+      __syncthreads();
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < ktiles) load_stage(s, s);
+      cp_async_commit();
+    }
+    for (int64_t kt = 0; kt < ktiles; ++kt) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // tile kt has landed, and everyone is done with tile kt - 1
+      const int64_t next = kt + STAGES - 1;
+      if (next < ktiles) load_stage(int(next % STAGES), next);
+      cp_async_commit();
+      compute_stage(int(kt % STAGES));
+    }
+    cp_async_wait<0>();
+  }
+
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t m = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
+        const int64_t n = n0 + wn * WTN + j * 8 + 2 * (lane % 4) + (e % 2);
+        if (m < M && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n/*$EPARGS$*/));
+      }
+}
+
+template <bool VEC_A, bool VEC_B>
+cudaError_t launch(const T* A, const T* B, TC* C, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
+  static bool configured = false;  // the attribute is per kernel; set once per process
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(gemm_tc<VEC_A, VEC_B>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((M + BM - 1) / BM), unsigned(kBatch));
+  gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, M/*$EPARGS$*/);
+  return cudaGetLastError();
+}
+
+// 16-byte vectors need 16-byte aligned bases as well as the strides checked at render time.
+cudaError_t run(const T* A, const T* B, TC* C, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
+  const bool va = $a_vec$ && reinterpret_cast<uintptr_t>(A) % 16 == 0;
+  const bool vb = $b_vec$ && reinterpret_cast<uintptr_t>(B) % 16 == 0;
+  return va ? (vb ? launch<true, true>(A, B, C, M/*$EPARGS$*/, stream) : launch<true, false>(A, B, C, M/*$EPARGS$*/, stream))
+            : (vb ? launch<false, true>(A, B, C, M/*$EPARGS$*/, stream) : launch<false, false>(A, B, C, M/*$EPARGS$*/, stream));
+}
+}  // namespace tc
+// @end kernel
+// @section entry
+
+}  // namespace
+
+extern "C" $DECL$ {
+  if (workspace_size) { *workspace_size = 0; return 0; }
+/*$SHAPE_CHECK$*//*$NULLCHECKS$*/  return tc::run($A$, $B$, $C$, M/*$EPARGS$*/, stream) == cudaSuccess ? 0 : 3;
+}
+// @end entry

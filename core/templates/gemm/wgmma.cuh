@@ -1,0 +1,590 @@
+// The Hopper kernel (sm_90a), persistent over output tiles. One producer warpgroup, whose
+// first thread issues TMA loads, and CONSUMERS warpgroups that each own WG_M rows of the
+// BM x BN tile and issue wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring
+// of stages handed over with mbarriers (full: the TMA bytes landed; empty: every consumer's
+// wgmmas that read the stage have completed). TMA zero-fills what lies past an edge, so
+// ragged M, N and K need no special case; the epilogue guards its stores.
+//
+// The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
+// a tile's K range, whose float partial sums go to the workspace and are added up (and the
+// epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
+// the same time. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
+// columns at a time, from which the TMA unit writes them to C (where C's layout allows).
+//
+// With CLUSTER = 2 the blocks run in pairs (a thread-block cluster) on the two tiles of a
+// column that share B: each block loads its own A and half of B, and multicasts that half to
+// both, so L2 sends each B slice once per pair. A stage is then refilled only when the
+// consumers of both blocks have released it (the empty barriers count both blocks' arrivals).
+//
+// Rendered by gemm_cuda.cpp after the prelude, <cuda.h>, <type_traits>, the problem's
+// constants, T, TC, kf_epilogue and the mma_sync kernel (mma_sync.cuh, section `kernel`),
+// which runs views whose base pointers TMA cannot take.
+//
+// A kernel file (docs/TEMPLATES.md, "Kernel files"): the renderer takes the text of each
+// `// @section NAME` ... `// @end NAME` block, keeps the first branch of its
+// `#ifdef KFORGE_RENDERED` alternatives, and substitutes `$name$` (a value; a macro defined
+// below in a compile on its own) and `/*$name$*/` (generated code, such as the epilogue's
+// arguments; nothing in a compile on its own). Everything outside the sections is there only
+// so that this file compiles on its own (tests/integration/kernel_files_test.cpp):
+//   nvcc -std=c++17 --expt-relaxed-constexpr -gencode arch=compute_90a,code=sm_90a -x cu -c wgmma.cuh -o wgmma.o
+#include "../prelude/cuda.cuh"
+#include <cuda.h>
+#include <type_traits>
+
+// The mma_sync kernel's entry (mma_sync.cuh), which a rendering puts in front of this kernel.
+namespace tc {
+cudaError_t run(const half* A, const half* B, half* C, int64_t M, cudaStream_t stream);
+}  // namespace tc
+
+namespace {
+#include "standalone.h"
+using T = half;
+using TC = half;
+// The placeholders, for a compile on its own.
+#define $bm$ 128
+#define $bn$ 64
+#define $stages$ 4
+#define $consumers$ 2
+#define $split_k$ 2
+#define $cluster_m$ 2
+#define $a_kmajor$ true
+#define $b_kmajor$ false
+#define $a_batched$ false
+#define $b_batched$ false
+#define $a_inner$ 256
+#define $a_outer$ M
+#define $a_batch$ 1
+#define $a_outer_stride$ 256
+#define $a_batch_stride$ (uint64_t(M) * 256 + 7) / 8 * 8
+#define $b_inner$ 256
+#define $b_outer$ 256
+#define $b_batch$ 1
+#define $b_outer_stride$ 256
+#define $b_batch_stride$ 65536
+// The signature KernelSignature writes, for tensors A, B and C.
+#define $DECL$ PT_EXPORT int KERNEL_NAME(const half* in_ptr0, const half* in_ptr1, half* out_ptr0, \
+    int64_t M, int64_t N, int64_t K, int64_t batch, size_t* workspace_size, uint8_t* workspace, cudaStream_t stream)
+#define $A$ in_ptr0
+#define $B$ in_ptr1
+#define $C$ out_ptr0
+
+// @section wgmma
+
+namespace wg {
+constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
+constexpr int THREADS = (CONSUMERS + 1) * 128;
+constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
+constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
+constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
+constexpr int KTILES = int((kK + BK - 1) / BK);
+constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
+constexpr int64_t TILES_N = (kN + BN - 1) / BN, ROW_QUADS = (kN + 3) / 4;  // splitk_reduce: four outputs of a row a thread
+constexpr int64_t GROUP_M = 8;
+// What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
+// CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
+// is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
+struct Rows {
+  int64_t M, groups_m, units;
+};
+__host__ __device__ __forceinline__ Rows rows_of(int64_t M) {
+  const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
+  return {M, groups_m, groups_m * TILES_N * kBatch * SPLITS};
+}
+// split-K's partial sums: SPLITS float slices of [batch][M][N].
+size_t workspace_bytes(int64_t M) { return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0; }
+// Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
+// (the base pointer is checked at run time).
+constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
+// Rows stored by TMA from shared memory: 16-bit outputs, rows contiguous and 8-element (16-byte)
+// aligned, as a tensor map needs; otherwise pairs or single outputs from registers. The
+// kernel has one store path or the other, never both: with both (the choice made at run time
+// by C's alignment) its code was 2.4 times as large (163 KiB, most of it the unrolled
+// epilogue), it was slower, and its time moved by up to 12% with where the driver loaded that
+// code (docs/BENCHMARKS.md). A C whose base breaks the alignment runs the mma_sync kernel.
+constexpr bool STAGED = sizeof(TC) == 2 && sCn == 1 && sCm % 8 == 0 && sCb % 8 == 0 && offC % 8 == 0;
+constexpr uint32_t EPI_WARP_BYTES = 16 * 64 * 2;  // a warp's 16 rows x 64 columns of 16-bit outputs
+// Tiles are stored in 128-byte-swizzled atoms of 8 rows x 128 bytes, as TMA's SWIZZLE_128B
+// writes them and wgmma's descriptors read them: a K-major tile as [rows][64], an M- or
+// N-major tile as [rows / 64 panels][64 (K)][64].
+constexpr uint32_t ROW = 128, ATOM = 8 * ROW, PANEL = 64 * ROW;  // bytes
+constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+constexpr uint32_t BARRIER_BYTES = (16 * STAGES + 127) / 128 * 128;  // 2 mbarriers a stage
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + BARRIER_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES;  // + alignment slack
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on the barrier at the same offset in block `cta` of the cluster (this one included).
+// With the default cta-scope semantics: a consumer hands back a stage whose wgmmas have
+// completed, so there is nothing to publish, and `.release.cluster` would put a cluster-wide
+// memory barrier before every hand-back (it made the kernel 2x slower: docs/BENCHMARKS.md).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar), "r"(cta) : "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster that has not exited arrives, then waits for the others.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "KF_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra KF_WAIT;\n"
+      "}\n" ::"r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+// The same copy, landing at the same offset in every block of `mask` and completing bytes on
+// each one's barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
+               ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+// A warp's staged block of outputs (16 rows x 64 columns, 128-byte swizzled) to C at (column
+// c0, row c1, batch c2): the TMA unit writes what lies inside C and nothing past its edges,
+// while the warp goes on; one bulk group per block.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n"
+               "cp.async.bulk.commit_group;\n" ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+// The thread's bulk stores have read their shared memory (`.read`), or are done.
+__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void tma_store_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// This thread's shared-memory writes become visible to the TMA unit (the async proxy).
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// A shared-memory matrix descriptor: start, leading and stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ uint64_t desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(sbo >> 4) << 32 | uint64_t(1) << 62;
+}
+// Rows [r0, r0 + 64) of a stage's A tile and K slice [16 kk, 16 kk + 16): K-major, the slice
+// is 32 bytes into each swizzled row; M-major, 16 rows of K into the row's 64-wide panel.
+__device__ __forceinline__ uint64_t desc_a(uint32_t a, int r0, int kk) {
+  return A_KMAJOR ? desc(a + r0 * ROW + kk * 32, 16, ATOM) : desc(a + (r0 / 64) * PANEL + kk * 16 * ROW, PANEL, ATOM);
+}
+__device__ __forceinline__ uint64_t desc_b(uint32_t b, int kk) {
+  return B_KMAJOR ? desc(b + kk * 32, 16, ATOM) : desc(b + kk * 16 * ROW, PANEL, ATOM);
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving accumulator accesses across an asynchronous wgmma.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+#ifdef KFORGE_RENDERED
+$wgmma_fn$
+#else  // KFORGE_RENDERED
+// m64n64k16 (BN 64), K-major A, N-major B: what wgmma_function() in gemm_cuda.cpp writes for them.
+__device__ __forceinline__ void wgmma(float (&d)[BN / 2], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(1));
+}
+#endif  // KFORGE_RENDERED
+// Output tiles in a grouped order (GROUP_M tile rows at a time, column by column), so the
+// blocks resident together share A and B panels in L2.
+struct Tile {
+  int b, m0, n0;
+};
+// `rank`: the block's place in its cluster, whose tiles are consecutive rows.
+__device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
+  constexpr int64_t GROUP = GROUP_M * TILES_N;
+  const int64_t per_batch = groups_m * TILES_N;  // one batch: no 64-bit division by it
+  const int b = kBatch == 1 ? 0 : int(t / per_batch);
+  const int64_t r = kBatch == 1 ? t : t % per_batch, first = r / GROUP * GROUP_M;
+  const int64_t rows = groups_m - first < GROUP_M ? groups_m - first : GROUP_M;
+  const int64_t tm = first + (r % GROUP) % rows, tn = (r % GROUP) / rows;
+  return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
+}
+
+// A unit's part of its tile's K range: slices [k0, k1) of split `split`.
+struct Span {
+  int split, k0, k1;
+};
+__device__ __forceinline__ Span span_of(int64_t unit) {
+  const int split = int(unit % SPLITS), k0 = split * KPS;
+  return {split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES};
+}
+
+// Two adjacent outputs, rounded as kf_store rounds each.
+__device__ __forceinline__ void store_pair(TC* p, float x, float y) {
+  if constexpr (std::is_same<TC, half>::value) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+  } else if constexpr (std::is_same<TC, __nv_bfloat16>::value) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+  } else {
+    kf_store(p, x);
+    kf_store(p + 1, y);
+  }
+}
+
+// The epilogue of one output, at its coordinates clamped into C: computed whether or not the
+// output is in C (one outside is never stored), so no branch separates the epilogue's loads
+// and they can be issued early and shared between rows (a bias is loaded once per column).
+__device__ __forceinline__ float out_value(float v, int b, int64_t m, int64_t n, int64_t M/*$EPPARAMS$*/) {
+  return kf_epilogue(v, b, m < M ? m : M - 1, n < kN ? n : kN - 1/*$EPARGS$*/);
+}
+
+// A consumer warp's accumulators of one 64-row wgmma tile: warp w holds rows 16w + lane/4
+// (+8), columns 8j + 2 (lane % 4) (+1). `row0` is the warp's first row, `n0` the tile's.
+// 64 columns at a time: the warp rounds its 16 x 64 outputs into registers, waits until its
+// buffer's previous block has been read out, writes them there (16 rows x 128 bytes, each
+// 16-byte unit j of row r at unit j ^ (r % 8): TMA's 128-byte swizzle, in which neither the
+// pair writes nor the unit's reads conflict) and has the TMA unit store the block, clipped to C.
+__device__ __forceinline__ void store_staged(const float* acc, unsigned char* buf, const CUtensorMap* tmC, int b, int64_t row0,
+                                             int64_t n0, int64_t M, int lane/*$EPPARAMS$*/) {
+#pragma unroll
+  for (int c = 0; c < BN / 64; ++c) {
+    uint32_t packed[16];
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = lane / 4 + 8 * h, j = c * 8 + u;
+        const int64_t m = row0 + r, n = n0 + j * 8 + 2 * (lane % 4);
+        TC pair[2];
+        store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n, M/*$EPARGS$*/), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1, M/*$EPARGS$*/));
+        packed[2 * u + h] = *reinterpret_cast<const uint32_t*>(pair);
+      }
+    if (lane == 0) tma_store_wait_read();
+    __syncwarp();
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = lane / 4 + 8 * h;
+        *reinterpret_cast<uint32_t*>(buf + r * 128 + ((u ^ (r % 8)) * 16) + (lane % 4) * 4) = packed[2 * u + h];
+      }
+    fence_async_shared();
+    __syncwarp();
+    if (lane == 0) tma_store(tmC, smem_u32(buf), int(n0 + c * 64), int(row0), b);
+  }
+}
+
+// A split's partial sums, as floats, to its [batch][M][N] slice of the workspace.
+__device__ __forceinline__ void store_partial(const float* acc, float* W, int64_t row0, int64_t n0, int64_t M, int lane) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = row0 + lane / 4 + 8 * h, n = n0 + j * 8 + 2 * (lane % 4);
+      if (m >= M) continue;
+      float* const p = W + m * kN + n;
+      if (kN % 2 == 0 && n + 1 < kN) {
+        *reinterpret_cast<float2*>(p) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
+      } else {
+        if (n < kN) p[0] = acc[j * 4 + 2 * h];
+        if (n + 1 < kN) p[1] = acc[j * 4 + 2 * h + 1];
+      }
+    }
+}
+
+// C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
+__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
+  const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
+    const int b = kBatch == 1 ? 0 : int(row / M);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* w = W + row * kN + n;
+    if (kN % 4 == 0) {
+#pragma unroll
+      for (int s = 0; s < SPLITS; ++s) {
+        const float4 x = *reinterpret_cast<const float4*>(w + s * slice);
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      }
+    } else {
+      for (int s = 0; s < SPLITS; ++s)
+        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * slice + e];
+    }
+    TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], b, m, n + e/*$EPARGS$*/));
+  }
+}
+
+// Hands a stage back: to this block's producer, and with a cluster to the peer's as well (its
+// multicast also writes into this block's stage).
+__device__ __forceinline__ void release(uint32_t bar) {
+  if constexpr (CLUSTER > 1) {
+#pragma unroll
+    for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(bar, uint32_t(c));
+  } else {
+    mbar_arrive(bar);
+  }
+}
+
+// The producer thread: the TMA loads of every unit's K slices, STAGES ahead of the consumers.
+__device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
+                                        const Rows rows, int64_t first_unit, int64_t unit_step) {
+  int64_t it = 0;
+  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
+    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
+    const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
+    const Span span = span_of(unit);
+    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
+      const int s = int(it % STAGES);
+      if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
+      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
+      mbar_expect_tx(bar, STAGE_BYTES);
+      const int k0 = kt * BK;
+      if (A_KMAJOR) {
+        tma_load(as, &tmA, bar, k0, tile.m0, ba);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba);
+      }
+      if constexpr (CLUSTER > 1) {  // this block's share of B, to every block of the cluster
+        constexpr uint16_t everyone = (1u << CLUSTER) - 1;
+        if (B_KMAJOR) {
+          tma_load_multicast(bs + rank * (BN / CLUSTER) * ROW, &tmB, bar, everyone, k0, tile.n0 + rank * (BN / CLUSTER), bb);
+        } else {
+#pragma unroll
+          for (int j = rank; j < BN / 64; j += CLUSTER) tma_load_multicast(bs + j * PANEL, &tmB, bar, everyone, tile.n0 + 64 * j, k0, bb);
+        }
+      } else if (B_KMAJOR) {
+        tma_load(bs, &tmB, bar, k0, tile.n0, bb);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb);
+      }
+    }
+  }
+}
+
+// The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
+__device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
+                                        unsigned char* epi, int wg, int tid, int rank, const Rows rows, int64_t first_unit, int64_t unit_step/*$EPPARAMS$*/) {
+  // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
+  // columns 8j + 2 (lane % 4) (+1).
+  const int warp = tid / 32, lane = tid % 32;
+  unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
+  float acc[M_ITERS][BN / 2];
+  int64_t it = 0;
+  const int64_t M = rows.M;
+  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
+    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
+    const Span span = span_of(unit);
+#pragma unroll
+    for (int mi = 0; mi < M_ITERS; ++mi) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
+      fence_regs(acc[mi]);
+    }
+    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
+      const int s = int(it % STAGES);
+      mbar_wait(full + 8 * s, uint32_t(it / STAGES) & 1);
+      const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+        for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, wg * WG_M + mi * 64, kk), desc_b(bs, kk));
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
+      if (kt > span.k0 && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
+    }
+    wgmma_wait<0>();
+    if (tid == 0) release(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
+#pragma unroll
+    for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
+
+    const int b = tile.b;
+    if constexpr (SPLITS > 1) {
+      float* const Ws = W + (int64_t(span.split) * kBatch + b) * M * kN;
+#pragma unroll
+      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
+      continue;
+    }
+    if constexpr (STAGED) {
+#pragma unroll
+      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
+    } else {
+      TC* const Cb = C + offC + int64_t(b) * sCb;
+      const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
+#pragma unroll
+      for (int mi = 0; mi < M_ITERS; ++mi)
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
+            const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
+            const float v0 = out_value(acc[mi][j * 4 + 2 * h], b, m, n, M/*$EPARGS$*/);
+            const float v1 = out_value(acc[mi][j * 4 + 2 * h + 1], b, m, n + 1, M/*$EPARGS$*/);
+            if (m >= M) continue;
+            TC* const p = Cb + m * sCm + n * sCn;
+            if (pairs && n + 1 < kN) {
+              store_pair(p, v0, v1);
+            } else {
+              if (n < kN) kf_store(p, v0);
+              if (n + 1 < kN) kf_store(p + sCn, v1);
+            }
+          }
+    }
+  }
+  if constexpr (STAGED && SPLITS == 1) {  // the block's shared memory outlives the last store's reads
+    if (lane == 0) tma_store_wait();
+  }
+}
+
+// Persistent: each cluster (or block) walks units c, + clusters, ...; the producer runs ahead
+// into the next unit while the consumers store this one. `it` counts K slices across units,
+// so stage and phase carry over.
+__global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                                                         const __grid_constant__ CUtensorMap tmC, TC* __restrict__ C, float* __restrict__ W, const Rows rows/*$EPPARAMS$*/) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  // The stages, the consumer warps' epilogue buffers (1024-byte aligned, as TMA's 128-byte
+  // swizzle needs), the barriers.
+  unsigned char* const epi = smem_raw + (base - smem_u32(smem_raw)) + STAGES * STAGE_BYTES;
+  const uint32_t full = base + STAGES * STAGE_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES, empty = full + 8 * STAGES;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
+  const int64_t first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, CONSUMERS * CLUSTER);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  if constexpr (CLUSTER > 1) cluster_sync();  // the peer's barriers are ready before anyone multicasts or arrives
+  else __syncthreads();
+
+  if (wg == CONSUMERS) {  // producer
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (tid == 0) produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
+  } else {
+    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    consume(&tmC, C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step/*$EPARGS$*/);
+  }
+  // A block leaves only once its peer is done: until then the peer may multicast into this
+  // block's shared memory or arrive on its barriers.
+  if constexpr (CLUSTER > 1) cluster_sync();
+}
+
+// cuTensorMapEncodeTiled, from the driver through the runtime (no -lcuda at link time).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,
+                                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encoder() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const bool ok = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+                    q == cudaDriverEntryPointSuccess;
+    return ok ? reinterpret_cast<EncodeTiled>(p) : nullptr;
+  }();
+  return fn;
+}
+
+// A 3-d map over (contiguous dimension, the other one, batch), in elements, read or written box0
+// x box1 at a time.
+template <typename E>
+cudaError_t make_map(CUtensorMap* map, const E* base, uint64_t inner, uint64_t outer, uint64_t batch, uint64_t s_outer,
+                     uint64_t s_batch, uint32_t box0, uint32_t box1) {
+  const EncodeTiled encode = encoder();
+  if (!encode) return cudaErrorNotSupported;
+  const cuuint64_t dims[3] = {inner, outer, batch};
+  const cuuint64_t strides[2] = {s_outer * sizeof(E), s_batch * sizeof(E)};
+  const CUtensorMapDataType type =
+      std::is_same<E, __nv_bfloat16>::value ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const cuuint32_t box[3] = {box0, box1, 1}, unit[3] = {1, 1, 1};
+  const CUresult r = encode(map, type, 3, const_cast<E*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
+  if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
+  CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
+  cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
+  if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
+  // A one-row C has no row stride (sCm is 0 there); the map takes a row's length instead.
+  constexpr uint64_t C_ROW = sCm != 0 ? uint64_t(sCm) : (uint64_t(kN) + 7) / 8 * 8;
+  if (e == cudaSuccess && STAGED && SPLITS == 1)
+    e = make_map(&mc, C + offC, uint64_t(kN), uint64_t(M), uint64_t(kBatch), C_ROW,
+                 kBatch > 1 ? uint64_t(sCb) : (uint64_t(M) * C_ROW + 7) / 8 * 8, 64, 16);
+  if (e != cudaSuccess) return e;
+  static bool configured = false;  // the attribute is per kernel; set once per process
+  if (!configured) {
+    e = cudaFuncSetAttribute(gemm_wgmma, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  int device = 0, sms = 0;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster = {};
+  config.blockDim = dim3(THREADS);
+  config.dynamicSmemBytes = SMEM_BYTES;
+  config.stream = stream;
+  int resident = sms;  // clusters that fit at once (one block per SM)
+  if constexpr (CLUSTER > 1) {
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = CLUSTER, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    config.gridDim = dim3(unsigned(CLUSTER * sms));
+    static int clusters = 0;  // how the GPCs pack clusters, asked once per process
+    if (clusters == 0 && (e = cudaOccupancyMaxActiveClusters(&clusters, gemm_wgmma, &config)) != cudaSuccess) return e;
+    if (clusters == 0) return cudaErrorInvalidConfiguration;
+    resident = clusters;
+  }
+  const Rows rows = rows_of(M);
+  config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
+  if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows/*$EPARGS$*/)) != cudaSuccess) return e;
+  if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
+  const int64_t quads = kBatch * M * ROW_QUADS;
+  const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
+  splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C, M/*$EPARGS$*/);
+  return cudaGetLastError();
+}
+}  // namespace wg
+
+}  // namespace
+
+extern "C" $DECL$ {
+  if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // split-K's partial sums
+/*$SHAPE_CHECK$*//*$NULLCHECKS$*/  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time), and
+  // so does the staged store; a view that starts mid-vector runs on the mma_sync kernel instead.
+  const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0 &&
+                       (!wg::STAGED || wg::SPLITS > 1 || reinterpret_cast<uintptr_t>($C$ + offC) % 16 == 0);
+  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M/*$EPARGS$*/, stream)
+                                : tc::run($A$, $B$, $C$, M/*$EPARGS$*/, stream);
+  return e == cudaSuccess ? 0 : 3;
+}
+// @end wgmma

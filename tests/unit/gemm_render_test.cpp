@@ -1,0 +1,406 @@
+// The gemm template's renderings, pinned: a fixed, broad set of requests (cpu, cuda, rocm;
+// float32/float16/bfloat16; mma_sync, wgmma, SIMT; every epilogue op; the four layouts;
+// batches, offsets, run-time M, split-K, clusters; the reference renderings) goes through
+// Registry::builtin() as the builder calls it, and the sha256 of each rendered source must be
+// the one recorded here. A second digest covers everything else a request gets back: the
+// parameters after check() (defaults filled in), the ABI, the family, the workspace, the
+// parameter specs and the default autotune choices; a third set pins check()'s refusals
+// (fields and messages). A redesign of the renderers must leave all three alone: a changed
+// source is a new kernel key (a recompile for every cached kernel of that kind).
+//
+// When a rendering changes on purpose, the failure prints the new row to paste in; with
+// KFORGE_RENDER_DUMP=<dir> every source is also written there (one file per case), to diff
+// against the sources of the commit before.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/hash.hpp"
+#include "core/templates/template.hpp"
+
+namespace kforge::core::templates {
+namespace {
+
+using nlohmann::json;
+
+// A [batch,] rows x cols matrix: row-major, or column-major (`t`) in its last two dimensions.
+TensorMeta mat(const std::string& name, Dtype d, int64_t batch, int64_t rows, int64_t cols, bool t = false, int64_t offset = 0) {
+  TensorMeta m;
+  m.name = name;
+  m.dtype = d;
+  m.offset = offset;
+  const int64_t rs = t ? 1 : cols, cs = t ? rows : 1;
+  if (batch > 0) {
+    m.sizes = {batch, rows, cols};
+    m.strides = {rows * cols, rs, cs};
+  } else {
+    m.sizes = {rows, cols};
+    m.strides = {rs, cs};
+  }
+  return m;
+}
+
+EpilogueOp op(const std::string& name, int input = -1) {
+  EpilogueOp o;
+  o.op = name;
+  o.input = input;
+  return o;
+}
+
+struct Case {
+  std::string name;
+  TemplateRequest req;
+  bool reference = false;
+};
+
+CpuIsa isa(int floats, int regs) {
+  CpuIsa i;
+  i.vector_floats = floats;
+  i.vector_registers = regs;
+  i.fma = true;
+  i.features = floats == 16 ? std::vector<std::string>{"avx", "avx2", "avx512f", "fma"} : std::vector<std::string>{"avx", "avx2", "fma"};
+  return i;
+}
+
+// A gemm request: A is [batch,] M x K (`ta`: column-major), B [batch,] K x N (`tb`), C [batch,] M x N.
+TemplateRequest gemm(Backend be, std::vector<std::string> archs, Dtype ab, Dtype out, int64_t batch, int64_t M, int64_t N, int64_t K,
+                     bool ta = false, bool tb = false, json params = json::object()) {
+  TemplateRequest r;
+  r.backend = be;
+  r.archs = std::move(archs);
+  if (be == Backend::kCpu) r.cpu = r.archs[0] == "x86-64-v4" ? isa(16, 32) : isa(8, 16);
+  r.spec.name = "gemm";
+  r.spec.params = std::move(params);
+  r.spec.inputs = {mat("A", ab, batch, M, K, ta), mat("B", ab, batch, K, N, tb)};
+  r.spec.output = mat("C", out, batch, M, N);
+  r.spec.input_reorder = {0, 1};
+  return r;
+}
+
+// Appends an epilogue input and returns its index.
+int add_input(TemplateRequest& r, TensorMeta t) {
+  r.spec.inputs.push_back(std::move(t));
+  r.spec.input_reorder.push_back(int(r.spec.inputs.size()) - 1);
+  return int(r.spec.inputs.size()) - 1;
+}
+
+TensorMeta vec(const std::string& name, Dtype d, int64_t n) {
+  TensorMeta t;
+  t.name = name;
+  t.dtype = d;
+  t.sizes = {n};
+  t.strides = {1};
+  return t;
+}
+
+std::vector<Case> cases() {
+  const Dtype f32 = Dtype::kFloat32, f16 = Dtype::kFloat16, bf16 = Dtype::kBFloat16;
+  const Backend cpu = Backend::kCpu, cuda = Backend::kCuda, rocm = Backend::kRocm;
+  std::vector<Case> out;
+  auto add = [&](std::string name, TemplateRequest r, bool reference = false) { out.push_back({std::move(name), std::move(r), reference}); };
+  // Epilogue variants on one request: none, bias (by column), relu, gelu, gelu tanh, silu.
+  auto epilogues = [&](const std::string& prefix, const TemplateRequest& base, Dtype bias_dtype) {
+    add(prefix + "/none", base);
+    TemplateRequest b = base;
+    const int i = add_input(b, vec("bias", bias_dtype, base.spec.output.sizes.back()));
+    b.spec.epilogue = {op("add", i)};
+    add(prefix + "/bias", b);
+    for (const char* o : {"relu", "gelu", "gelu_tanh", "silu"}) {
+      TemplateRequest e = base;
+      e.spec.epilogue = {op(std::string(o) == "gelu_tanh" ? "gelu" : o)};
+      e.spec.epilogue[0].tanh_approx = std::string(o) == "gelu_tanh";
+      add(prefix + "/" + o, e);
+    }
+  };
+
+  // cpu: both machine models, the three dtypes, the four layouts, split-K with the sums in C
+  // and in the workspace, batches with a shared operand and offsets, a long chain.
+  epilogues("cpu/v4/f32/nn", gemm(cpu, {"x86-64-v4"}, f32, f32, 0, 127, 253, 61), f32);
+  epilogues("cpu/v3/f16/nt", gemm(cpu, {"x86-64-v3"}, f16, f16, 0, 64, 96, 80, false, true), f16);
+  add("cpu/v4/bf16/tn", gemm(cpu, {"x86-64-v4"}, bf16, bf16, 0, 33, 48, 17, true, false));
+  add("cpu/v3/f32/tt", gemm(cpu, {"x86-64-v3"}, f32, f16, 0, 100, 40, 30, true, true));
+  add("cpu/v4/f32/splitk-in-c", gemm(cpu, {"x86-64-v4"}, f32, f32, 0, 256, 256, 2048));
+  add("cpu/v4/f16/splitk-workspace", gemm(cpu, {"x86-64-v4"}, f16, f16, 0, 256, 256, 2048));
+  add("cpu/v4/f32/params", gemm(cpu, {"x86-64-v4"}, f32, f32, 0, 512, 512, 512, false, false,
+                                {{"mr", 8}, {"nr", 48}, {"vec", 16}, {"mc", 96}, {"kc", 256}, {"nc", 1024}, {"threads", 4}}));
+  {
+    TemplateRequest r = gemm(cpu, {"x86-64-v4"}, f32, f32, 4, 64, 32, 16);
+    r.spec.inputs[1] = mat("B", f32, 0, 16, 32, true, 8);  // shared by every batch
+    r.spec.inputs[0].offset = 5;
+    add("cpu/v4/f32/batched-shared", r);
+    add("cpu/v4/f32/batched-shared/reference", r, true);
+  }
+  auto chain = [&](TemplateRequest r) {
+    const Dtype d = r.spec.output.dtype;
+    const int full = add_input(r, mat("D", d, 0, r.spec.output.sizes[0], r.spec.output.sizes[1]));
+    const int rows = add_input(r, mat("R", f32, 0, r.spec.output.sizes[0], 1));
+    EpilogueOp scale = op("scale");
+    scale.value = 0.125;
+    EpilogueOp cast = op("cast");
+    cast.dtype = bf16;
+    r.spec.epilogue = {op("add", full), op("mul", rows), scale, op("sigmoid"), op("tanh"), op("gelu"), cast, op("relu")};
+    r.spec.input_reorder = {3, 0, 2, 1};
+    return r;
+  };
+  add("cpu/v4/f32/chain", chain(gemm(cpu, {"x86-64-v4"}, f32, f32, 0, 96, 80, 64)));
+  add("cpu/v4/f32/chain/reference", chain(gemm(cpu, {"x86-64-v4"}, f32, f32, 0, 96, 80, 64)), true);
+  add("cpu/v3/f16/nt/reference", gemm(cpu, {"x86-64-v3"}, f16, f16, 0, 64, 96, 80, false, true), true);
+
+  // cuda mma_sync (sm_80, sm_86, a fat binary): run-time M where no stride depends on it.
+  epilogues("cuda/sm_80/f16/nn", gemm(cuda, {"sm_80"}, f16, f16, 0, 256, 512, 128), f16);
+  add("cuda/sm_80/bf16/nt/params", gemm(cuda, {"sm_80"}, bf16, bf16, 0, 200, 136, 72, false, true,
+                                       {{"block_m", 64}, {"block_n", 128}, {"block_k", 32}, {"warps", 4}, {"stages", 4}}));
+  add("cuda/sm_86/f16/tn", gemm(cuda, {"sm_86"}, f16, f32, 0, 128, 128, 64, true, false));
+  {
+    TemplateRequest r = gemm(cuda, {"sm_80"}, f16, f16, 3, 64, 64, 32, true, true);
+    const int i = add_input(r, vec("bias", f32, 64));
+    r.spec.epilogue = {op("add", i), op("relu")};
+    add("cuda/sm_80/f16/tt/batched-bias", r);
+    add("cuda/sm_80/f16/tt/batched-bias/reference", r, true);
+  }
+  add("cuda/sm_80+sm_90/f16/nn", gemm(cuda, {"sm_80", "sm_90"}, f16, f16, 0, 96, 96, 96));
+  add("cuda/sm_80/f16/chain", chain(gemm(cuda, {"sm_80"}, f16, f16, 0, 96, 80, 64)));
+  add("cuda/sm_80/f16/chain/reference", chain(gemm(cuda, {"sm_80"}, f16, f16, 0, 96, 80, 64)), true);
+  add("cuda/sm_80/f16/nn/reference", gemm(cuda, {"sm_80"}, f16, f16, 0, 256, 512, 128), true);
+  // cuda SIMT (float32).
+  add("cuda/sm_80/f32/nn", gemm(cuda, {"sm_80"}, f32, f32, 0, 300, 200, 100));
+  add("cuda/sm_90a/f32/tt/params", gemm(cuda, {"sm_90a"}, f32, f32, 2, 64, 64, 64, true, true,
+                                        {{"block_m", 64}, {"block_n", 64}, {"block_k", 16}, {"warps", 4}, {"stages", 1}}));
+  add("cuda/sm_80/f32/nn/reference", gemm(cuda, {"sm_80"}, f32, f32, 2, 30, 20, 10), true);
+  // cuda wgmma: the defaults by problem size (clusters, 64x128, split-K), `"mma": "wgmma"`
+  // alone, every epilogue, M-/N-major operands, a non-staged output, batches, M = 1.
+  add("cuda/sm_90a/f16/4096", gemm(cuda, {"sm_90a"}, f16, f16, 0, 4096, 4096, 4096));
+  add("cuda/sm_90a/bf16/small-splitk", gemm(cuda, {"sm_90a"}, bf16, bf16, 0, 128, 4096, 4096));
+  add("cuda/sm_90a/f16/medium", gemm(cuda, {"sm_90a"}, f16, f16, 0, 1024, 2048, 512));
+  add("cuda/sm_90a/f16/gemv", gemm(cuda, {"sm_90a"}, f16, f16, 0, 1, 4096, 4096));
+  epilogues("cuda/sm_90a/f16/wgmma", gemm(cuda, {"sm_90a"}, f16, f16, 0, 512, 512, 256, false, false, {{"mma", "wgmma"}}), f16);
+  add("cuda/sm_90a/bf16/wgmma/tt-f32out", gemm(cuda, {"sm_90a"}, bf16, f32, 0, 256, 384, 192, true, true, {{"mma", "wgmma"}}));
+  add("cuda/sm_90a/f16/wgmma/tn-params", gemm(cuda, {"sm_90a"}, f16, f16, 0, 192, 256, 320, true, false,
+                                              {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 6},
+                                               {"split_k", 3}, {"cluster_m", 1}, {"mma", "wgmma"}}));
+  add("cuda/sm_90a/f16/wgmma/cluster", gemm(cuda, {"sm_90a"}, f16, bf16, 0, 512, 512, 128, false, true,
+                                            {{"block_m", 128}, {"block_n", 256}, {"warps", 12}, {"stages", 3}, {"cluster_m", 2}, {"mma", "wgmma"}}));
+  {
+    TemplateRequest r = gemm(cuda, {"sm_90a"}, f16, f16, 4, 128, 128, 64, false, false, {{"mma", "wgmma"}});
+    r.spec.inputs[1] = mat("B", f16, 0, 64, 128, false, 16);  // shared by every batch
+    const int i = add_input(r, mat("D", f16, 0, 128, 128));
+    r.spec.epilogue = {op("mul", i), op("gelu")};
+    add("cuda/sm_90a/f16/wgmma/batched-shared", r);
+    add("cuda/sm_90a/f16/wgmma/batched-shared/reference", r, true);
+  }
+  {
+    TemplateRequest r = gemm(cuda, {"sm_90a"}, f16, f16, 0, 256, 256, 128, false, false, {{"mma", "wgmma"}});
+    r.spec.output.strides = {264, 1};  // rows padded: still staged; an odd row stride is not
+    add("cuda/sm_90a/f16/wgmma/padded-c", r);
+    r.spec.output.strides = {257, 1};
+    add("cuda/sm_90a/f16/wgmma/odd-c", r);
+  }
+  add("cuda/sm_90a/f16/mma_sync", gemm(cuda, {"sm_90a"}, f16, f16, 0, 256, 256, 256, false, false, {{"mma", "mma_sync"}}));
+
+  // rocm: MFMA archs, an RDNA arch, a fat binary; the three dtypes and four layouts.
+  epilogues("rocm/gfx90a/f16/nn", gemm(rocm, {"gfx90a"}, f16, f16, 0, 128, 192, 64), f16);
+  add("rocm/gfx90a/bf16/nt", gemm(rocm, {"gfx90a"}, bf16, bf16, 0, 100, 64, 48, false, true));
+  add("rocm/gfx908/f32/tn", gemm(rocm, {"gfx908"}, f32, f32, 0, 64, 64, 64, true, false));
+  add("rocm/gfx1030/f16/tt", gemm(rocm, {"gfx1030"}, f16, f32, 2, 64, 128, 32, true, true));
+  add("rocm/gfx90a+gfx1030/bf16/params", gemm(rocm, {"gfx90a", "gfx1030"}, bf16, f16, 0, 256, 256, 256, false, false,
+                                              {{"block_m", 128}, {"block_n", 128}, {"block_k", 16}, {"warps", 4}}));
+  add("rocm/gfx90a/f32/chain", chain(gemm(rocm, {"gfx90a"}, f32, f32, 0, 96, 80, 64)));
+  add("rocm/gfx90a/f32/chain/reference", chain(gemm(rocm, {"gfx90a"}, f32, f32, 0, 96, 80, 64)), true);
+  add("rocm/gfx90a/f16/nn/reference", gemm(rocm, {"gfx90a"}, f16, f16, 0, 128, 192, 64), true);
+  return out;
+}
+
+// Requests check() refuses, each with the fields and messages it answers.
+std::vector<Case> refused() {
+  const Dtype f32 = Dtype::kFloat32, f16 = Dtype::kFloat16;
+  const Backend cpu = Backend::kCpu, cuda = Backend::kCuda, rocm = Backend::kRocm;
+  std::vector<Case> out;
+  auto add = [&](std::string name, TemplateRequest r) { out.push_back({std::move(name), std::move(r), false}); };
+  add("wgmma-on-sm_80", gemm(cuda, {"sm_80", "sm_90a"}, f16, f16, 0, 256, 256, 256, false, false, {{"mma", "wgmma"}}));
+  add("wgmma-f32", gemm(cuda, {"sm_90a"}, f32, f32, 0, 256, 256, 256, false, false, {{"mma", "wgmma"}}));
+  add("wgmma-limits", gemm(cuda, {"sm_90a"}, f16, f16, 0, 256, 256, 128, false, false,
+                           {{"block_m", 64}, {"block_n", 256}, {"block_k", 32}, {"warps", 12}, {"stages", 8}, {"split_k", 4}, {"mma", "wgmma"}}));
+  add("wgmma-warps", gemm(cuda, {"sm_90a"}, f16, f16, 0, 256, 256, 128, false, false, {{"warps", 4}, {"mma", "wgmma"}}));
+  {
+    TemplateRequest r = gemm(cuda, {"sm_90a"}, f16, f16, 0, 256, 256, 128, false, false, {{"mma", "wgmma"}});
+    r.spec.inputs[1].strides = {2 * 256, 2};  // no unit stride
+    r.spec.inputs[0].offset = 3;
+    add("wgmma-tma", r);
+  }
+  add("mma_sync-split-cluster", gemm(cuda, {"sm_80"}, f16, f16, 0, 256, 256, 128, false, false, {{"split_k", 2}, {"cluster_m", 2}}));
+  add("mma_sync-sm_75", gemm(cuda, {"sm_75"}, f16, f16, 0, 256, 256, 128));
+  add("mma_sync-smem", gemm(cuda, {"sm_86"}, f16, f16, 0, 256, 256, 128, false, false,
+                            {{"block_m", 256}, {"block_n", 256}, {"block_k", 64}, {"stages", 5}, {"warps", 8}}));
+  add("mma_sync-warps", gemm(cuda, {"sm_80"}, f16, f16, 0, 256, 256, 128, false, false, {{"block_m", 32}, {"block_n", 256}, {"warps", 1}}));
+  add("simt-limits", gemm(cuda, {"sm_80"}, f32, f32, 0, 256, 256, 128, false, false, {{"block_m", 32}, {"block_n", 32}, {"block_k", 64}, {"warps", 8}}));
+  add("cpu-vec", gemm(cpu, {"x86-64-v3"}, f32, f32, 0, 64, 64, 64, false, false, {{"vec", 16}, {"nr", 24}, {"mr", 16}, {"mc", 24}}));
+  add("cpu-unknown", gemm(cpu, {"x86-64-v4"}, f32, f32, 0, 64, 64, 64, false, false, {{"block_m", 64}, {"mr", 5}}));
+  add("rocm-lds-warps", gemm(rocm, {"gfx90a"}, f16, f16, 0, 64, 64, 64, false, false, {{"block_m", 256}, {"block_n", 256}, {"block_k", 32}, {"warps", 1}}));
+  {
+    TemplateRequest r = gemm(rocm, {"gfx90a"}, f16, f16, 0, 64, 64, 64);
+    r.spec.inputs[1] = mat("B", f16, 0, 65, 64);
+    add("shapes", r);
+  }
+  return out;
+}
+
+// {source digest, digest of the rest} per case; refusals: the digest of the error.
+const std::map<std::string, std::pair<std::string, std::string>> kPinned = {
+    {"cpu/v4/f32/nn/none", {"bc4e5076cac60284b6a1ef4a9de5cf8a6f62bb5d706960cb7eadcc30890dc800", "7b4a2815de653b4a0300170eed4c0acd257bdf7aae15e9f5fdb028b4dab35a18"}},
+    {"cpu/v4/f32/nn/bias", {"03e2caf0e233492509d4193daec9314bd460e7672b77600c823d92d2fbad74ce", "133827d2dd07db02086fb47bb9752dd69f7e2b59417a9bd9fb21b22f9cd0f6e3"}},
+    {"cpu/v4/f32/nn/relu", {"40f2f57b84131e4a456f85e53fca806171ff185f4aae290c0016b7f68ffbd943", "7b4a2815de653b4a0300170eed4c0acd257bdf7aae15e9f5fdb028b4dab35a18"}},
+    {"cpu/v4/f32/nn/gelu", {"abe31e338e46dadf91d92aef5d7da768c9546fdba95b00b345ec9d919a6efb0d", "7b4a2815de653b4a0300170eed4c0acd257bdf7aae15e9f5fdb028b4dab35a18"}},
+    {"cpu/v4/f32/nn/gelu_tanh", {"c9730886b9cbe556662b55e2b0e602ecddce6df6f8117402e9367d3c076fcf51", "7b4a2815de653b4a0300170eed4c0acd257bdf7aae15e9f5fdb028b4dab35a18"}},
+    {"cpu/v4/f32/nn/silu", {"f0881eba5a47f0795bda51e08d0e69aa2bf469fc162f454dbbffd25e42dceae3", "7b4a2815de653b4a0300170eed4c0acd257bdf7aae15e9f5fdb028b4dab35a18"}},
+    {"cpu/v3/f16/nt/none", {"723a0d003553fb18f6ec56be281a6c0383d4c015b668c0da1e2c2269f17cfa3d", "70b31df540582c16acc2fbf098c29a8d571448b03bb4aef1397f36527554b0e6"}},
+    {"cpu/v3/f16/nt/bias", {"f7666387717a3c0cf8c66f394fdc4f716dd72eb1026aadda4f4230db7667e5e8", "b9d53977a23ce7a43cba67612c909191150d0c75d9e143a2f28366c85829b783"}},
+    {"cpu/v3/f16/nt/relu", {"a0fd8499180ad6e74a384be5efc1028aa690255e897d13fec5b3284d227d6ab2", "70b31df540582c16acc2fbf098c29a8d571448b03bb4aef1397f36527554b0e6"}},
+    {"cpu/v3/f16/nt/gelu", {"501be466d1e9decddb1e5da449a9769afb533c352ec06da3eaa9ca87bd57ef22", "70b31df540582c16acc2fbf098c29a8d571448b03bb4aef1397f36527554b0e6"}},
+    {"cpu/v3/f16/nt/gelu_tanh", {"3c2363af145a4876dafef3e23ad6c00030b1d88d7d1418a7cc25270f136614b2", "70b31df540582c16acc2fbf098c29a8d571448b03bb4aef1397f36527554b0e6"}},
+    {"cpu/v3/f16/nt/silu", {"395425801557f59cddaea0b61e29bfdc190e6b7f066e8272b259d07a125e1334", "70b31df540582c16acc2fbf098c29a8d571448b03bb4aef1397f36527554b0e6"}},
+    {"cpu/v4/bf16/tn", {"c1d1df5a334e108e39c42d7ded08992cca8b418cda2b132bb099e6ddc8648260", "b2cf9296a4fc89aa0013fce08ebeb35703a1d6df693bd6828e0ee8c275e1923a"}},
+    {"cpu/v3/f32/tt", {"2b791c0e07d9d5209a7a53eb2d2946cacd72f84f65a650461cf6d3ba5bd55e94", "16e4c2335931a91ece94231e2a135e59ddb4334524a9b6d5ce442ec5cd96e4e5"}},
+    {"cpu/v4/f32/splitk-in-c", {"4a082c8eb5a3c88ad0d104d9cc98ba82463b6188b2a74b4e679772f9cc615e36", "e8b279028e43325a47dc2c7148e8a632217844d2565a9bdd6d106e4290eb2224"}},
+    {"cpu/v4/f16/splitk-workspace", {"59c3e5d1bec9ffa447bcd6a9ebb23fbcbeee2dda0488c2c173197273fe689de8", "f2da05871326b500f8b5a7da8ad1e528aaff851ac1ee153c651faccf76de5bcf"}},
+    {"cpu/v4/f32/params", {"c5dbe7e9ed9df243f589bfcbba14405a720e3ebe95b194fdb7ab1aa1183ad1e5", "9afbe52ca89246e40a1c0af355bc2ca9bc1414e9679d594a0f14ed77dde71bf6"}},
+    {"cpu/v4/f32/batched-shared", {"d879dd46c1886badb7042efa4649dad5bcf52957f22df6e1bec151520e3239a1", "76bb8cfc6632e39fa4bfe8368693f1c5c95273e274e2be9d16827aefd2f59745"}},
+    {"cpu/v4/f32/batched-shared/reference", {"2e6a85268e8a706ae11e2bd218713460757cf2f1d83b2aea05038e86eb6e2df8", "1a16c43a061c32f208ba5b579806a3a64300a1ebae91c35f63b8e73e49ed4d3a"}},
+    {"cpu/v4/f32/chain", {"30fe59afe848fa62b3a9f2f6154037cb6e34be07c45cceaf2df9f39fd861b65d", "175221b9747ddb7f6b8d58f86055d3638ca1a2f3a25dd34b5016ae7604467cbe"}},
+    {"cpu/v4/f32/chain/reference", {"a64c0c8789a0132bfa134dd3fa1e0ab0e0a99b2ca8ea05d2f9fae044d98e7ef4", "98e14fc9c7cbf2fe541db8da599af7db786da81e981a5f873a8bf7d351f31ea5"}},
+    {"cpu/v3/f16/nt/reference", {"9fabe56566aaa0588a415e9d27aaef853744be47a5f26ec2b748b8834506251c", "da8320fc4590c46bccd346c4ca5f60a2e9c41bd0b29ffc39f4ccbdcf2e8cd3dd"}},
+    {"cuda/sm_80/f16/nn/none", {"4a053e4620e142dbaeaf18e18d9af8e0daf67611222993e8d853dd31ccfe91a9", "bc8d9241efb06228b6328d362689e52983357bb6f9e81c30b64a098a1d1edfb6"}},
+    {"cuda/sm_80/f16/nn/bias", {"3eba0f10a0a01c0822ed06b2b2ac5146aece60536b9b459f1f20ba73b276c1fb", "532f0873f5012b1829ff6e87c32ca605c0664b41bc0de95a9af17f45f08ae49b"}},
+    {"cuda/sm_80/f16/nn/relu", {"fefe3d9c54b082341ff41973bf3d06a8b6c45a3c7142a4f19198376b5c55d2a8", "bc8d9241efb06228b6328d362689e52983357bb6f9e81c30b64a098a1d1edfb6"}},
+    {"cuda/sm_80/f16/nn/gelu", {"75fe6496debce6b6793b0e5d5f726d74711dc72f643f7a1d36afdcb922f9b645", "bc8d9241efb06228b6328d362689e52983357bb6f9e81c30b64a098a1d1edfb6"}},
+    {"cuda/sm_80/f16/nn/gelu_tanh", {"44c250ac1bc078e244178ddcab3d01302210c201461bbd2062f2d2742e973e18", "bc8d9241efb06228b6328d362689e52983357bb6f9e81c30b64a098a1d1edfb6"}},
+    {"cuda/sm_80/f16/nn/silu", {"37a4b5820ff9a72200445add6c554016870aa11e7f92eca0934750c07fa24079", "bc8d9241efb06228b6328d362689e52983357bb6f9e81c30b64a098a1d1edfb6"}},
+    {"cuda/sm_80/bf16/nt/params", {"c85bc4ea6aad7402e6650b5635bd7a55f54ae4546c551f27160d53779e6c2b01", "a258f0012eaf480a6594f177d67faefd1ff40d49f01ecfa69d51cbc19e65cb5f"}},
+    {"cuda/sm_86/f16/tn", {"1b3b5768750be7bb5ec7306e784f1fc6a1c56af022fe8de1f853ec0ddab76994", "1a34ad54e4e953ba82a5b5c1ff38b77d0a323dc0194ead36465bb53aa7dd5cfb"}},
+    {"cuda/sm_80/f16/tt/batched-bias", {"10036abb294801ca19aeabe3ab625e076c1a02280a79ed8d859c6ea5a8cd820a", "21d70acee4efecd1e6a54d2748a154ab150768c61c3a912e423a9145c2e49d94"}},
+    {"cuda/sm_80/f16/tt/batched-bias/reference", {"864210d47bc8e7685e8d6b02661be1f3236fbf5c85871ac38fdda665962de394", "946b9f190311d70ab2217a2f62e38f490735c01bd8dd8e9168e00d41df02cb38"}},
+    {"cuda/sm_80+sm_90/f16/nn", {"fc852c50c15d5d3dc7c9eebac2ed8f78a3919b1dfdff21cf2f2146e1ecae7d31", "7c088130cf6015da4dacd5598d938ceddb509afad514afa870e4159f560685d7"}},
+    {"cuda/sm_80/f16/chain", {"c87f927ffeddf05af74785bb6607943e09bbc40f86eb82bb88582a41024f0292", "1172c5bf0d3ff761c6dc35ac821623db18c94becf72ee64029d304a554782cc7"}},
+    {"cuda/sm_80/f16/chain/reference", {"3fdc847ab5556d887466fc2cee642ecec5b92ce1303ae76904525964d1c964e5", "b091cb8716e91d16a2fccf78d12eace31b9e50c8749fee82f51b7c5f51d1600b"}},
+    {"cuda/sm_80/f16/nn/reference", {"e8850bdfddd6dfe2ccabc2206c3fec790f33ae9ef80fd66a3ac022330deac2ac", "52235238c49f232dc8bf8e6aec0cdc1d736a846e674e21cc644c0b4d97ec4c98"}},
+    {"cuda/sm_80/f32/nn", {"cd4fcbe6da09d21f092a039371577c676181e8ba7006c3d7b5bdd00f3a1dc4ad", "a6ec5fab5fc25a951497d4e767c58cb6c68deb9f2b1585773872b7a7cef52290"}},
+    {"cuda/sm_90a/f32/tt/params", {"ef31a94d8eb952bcb42d9c60c90e45b496b94cae0a4e872a4d4928928ec912d8", "2e93643e1633fec4674b363e1032d8e81f088c7ae14f28ecc08b63ee5e02ab2e"}},
+    {"cuda/sm_80/f32/nn/reference", {"1ef4a152d1844c2c363b1e17f01e43ead14e614dfd95d716466857ff7ba4cf1e", "61f0edf13372f6a18ff8d0b8d36916701a13b96521f8468e4dd0066ca266999b"}},
+    {"cuda/sm_90a/f16/4096", {"c6ba2470a81751ef49a471f966f1f3b6be60400355867f49e698644239160bd0", "8c016d504b1eced9c11541d4fa7ef3818467a66a8619a62cd8139d8c534f8547"}},
+    {"cuda/sm_90a/bf16/small-splitk", {"86342d36b63b78229b22fdf52f16de62251a15195ad7b1d6981c5255c20a8641", "890188ba2ebcf412aec7a315039da7cb850aa975f14a430f58dcfe62c7e9fdef"}},
+    {"cuda/sm_90a/f16/medium", {"378db7f2cab01ac2652710e0d88a8b6a544f85eaad51a8f40b9390615b500d18", "fbbafa186c4d3170815122c8c89a39bbadcc06f6ce9fd3e80813c7071ad5c751"}},
+    {"cuda/sm_90a/f16/gemv", {"e7cfdedddc5142dc23c1dee698fba48f155ed430d81c660fd4109208f5e7a89e", "192a5771f3899bfdacf57a3a9edd03ec26cfa7b6caaae94b080cca7f08cbe8a6"}},
+    {"cuda/sm_90a/f16/wgmma/none", {"ce450e8572ccf03ac28dad21c1017769cfde909eb10d272984e1102fecd8fee0", "6619fdba37acf60c1b151404a975aec43822ffe7fa0fee31faabd2c274aaaf99"}},
+    {"cuda/sm_90a/f16/wgmma/bias", {"9d4472a3361a5516209c5b9f5712cfe767671e8ee7fd2a58c866b81073d2363c", "f417aa45750be87371af9e1d99e377ad8643b80662c88c33625b57a44a1d91d8"}},
+    {"cuda/sm_90a/f16/wgmma/relu", {"c5ec705d6cc26355a699469e5046804b290c8416c2d210238653e40e2a334d93", "6619fdba37acf60c1b151404a975aec43822ffe7fa0fee31faabd2c274aaaf99"}},
+    {"cuda/sm_90a/f16/wgmma/gelu", {"5b9337fd90fc0bc7d774c57f11b5f4ca2601700ec759a5d5780e51a3160f6d37", "6619fdba37acf60c1b151404a975aec43822ffe7fa0fee31faabd2c274aaaf99"}},
+    {"cuda/sm_90a/f16/wgmma/gelu_tanh", {"13cb263a5f4d5a1b45acf60b642af9a28f14b8cd4d57f7cda3d6ec887ff2b0a6", "6619fdba37acf60c1b151404a975aec43822ffe7fa0fee31faabd2c274aaaf99"}},
+    {"cuda/sm_90a/f16/wgmma/silu", {"f05509278078d7c6e979cc47c3f1397f317839bc7a13733ecba9837ac8915e89", "6619fdba37acf60c1b151404a975aec43822ffe7fa0fee31faabd2c274aaaf99"}},
+    {"cuda/sm_90a/bf16/wgmma/tt-f32out", {"1190cc5f262d58de4517f17e674ef2691970ec77b764292a4a3f2401ea776ca0", "26f13b21440fc70703dfd1b2f8aa593b2a60c6ed77f66083ee7f30c7cc51966b"}},
+    {"cuda/sm_90a/f16/wgmma/tn-params", {"b2c10e0a407670c0b44546def79eac8fe186eb94113a3b5e6e621a94acb11246", "975f4e0efd96a65c3f58f549eb5fee839e2b6f4bfb19ecc0c4023523a7f5364b"}},
+    {"cuda/sm_90a/f16/wgmma/cluster", {"835ec42d5a9195f9840949fdbf4999c42883bc3af340971f6eb52a3149b65365", "908236937c675f971c742a5f78c6d1287fc21415f03cb1619a9359fa12d93239"}},
+    {"cuda/sm_90a/f16/wgmma/batched-shared", {"c00ec9aa1357a9448e9af07ea5a5f4d08afbda2d462bd6cacda9bbc1b62df4a3", "70ad8357168b389a2259c5c94d9d4b60003ef799ff0de58bc41716e24494fdd5"}},
+    {"cuda/sm_90a/f16/wgmma/batched-shared/reference", {"f010cd264a185e3e2a5bd2eec7723f1f911b0b621c078aa2819bd759696a29cb", "66f8c8884dab7c8dc5cbbbca385382465aea8a66b7d6605dec581397d6bbe3a6"}},
+    {"cuda/sm_90a/f16/wgmma/padded-c", {"dca9ed038d4b91410ba59b634740c4f2f7ee12562558cdb00e9413baa6ba9043", "58a2f4368e0dcc050a8af9853d8b08ccfef3f0490ba2db80709a064a37c0e41c"}},
+    {"cuda/sm_90a/f16/wgmma/odd-c", {"a16dd151944b1fb562924bbb08731611c744cd162ffbb7bc55d66bfa8f59f699", "58a2f4368e0dcc050a8af9853d8b08ccfef3f0490ba2db80709a064a37c0e41c"}},
+    {"cuda/sm_90a/f16/mma_sync", {"c5e945415d1a342192ca5ff477f04cca84a1ba34f1ba4ec48f5e96e4fe63a837", "7ecc4b5979447ce7083cbb02afe50646ea3ef433466a07a99b0e7bb0b6aeddb8"}},
+    {"rocm/gfx90a/f16/nn/none", {"12e484ff93dea4e381a503bbdc6ae703d611eab0d733d7d7e059803cc4c71281", "f4edfe57d7c39d0c166be3ac60d9e51fa077752450d061ad5ae17aef9ef8f495"}},
+    {"rocm/gfx90a/f16/nn/bias", {"8abb7a46d5e46b721e0cce86d6e6ef03fe405d4fee710e7e9a8cba8df7470ff7", "e68469ee3afefa3d71de8a4af7621fecb9c4f20e922edc67b2dd458deb302073"}},
+    {"rocm/gfx90a/f16/nn/relu", {"c9eaa04703d05c3b37a0b6ee365c7d6052e83ee3b7949669db3c7ebfd700e19b", "f4edfe57d7c39d0c166be3ac60d9e51fa077752450d061ad5ae17aef9ef8f495"}},
+    {"rocm/gfx90a/f16/nn/gelu", {"81173bd8ce87012cda5d8e9a25c4070082868068efd087d57e421ac1cb24fefc", "f4edfe57d7c39d0c166be3ac60d9e51fa077752450d061ad5ae17aef9ef8f495"}},
+    {"rocm/gfx90a/f16/nn/gelu_tanh", {"e22d15e757ca04ca18ece13e9abc07e9179f41688164b99012998021094dcf98", "f4edfe57d7c39d0c166be3ac60d9e51fa077752450d061ad5ae17aef9ef8f495"}},
+    {"rocm/gfx90a/f16/nn/silu", {"22eeb0357cf27942fdeee6cab449f792d81e14c3da3a29cb6230a58dac622b8a", "f4edfe57d7c39d0c166be3ac60d9e51fa077752450d061ad5ae17aef9ef8f495"}},
+    {"rocm/gfx90a/bf16/nt", {"b354bc566838d7b2c63aa9f02e6b92da732e51076f1c5bf332ac8c63eb5088bb", "9471c8af11267e524b5dc82d17bd1e4ea9fc157c178f871493228728b9144bfe"}},
+    {"rocm/gfx908/f32/tn", {"f2d1cbf88a09aa634d6acd470cc464c1116790887795071e2da4790c8d998745", "f54c123395c3845b59b601d6068e049ffff3bf0ea527006b29dd8fd9f70f0a92"}},
+    {"rocm/gfx1030/f16/tt", {"d8da1df8a5a06349b77a2897d7ff4d3b92ab448879e20aeafa5950007b156621", "169a9a4b459c1d4245490812f743aa189948c44d434efb1beb3911aab3c362be"}},
+    {"rocm/gfx90a+gfx1030/bf16/params", {"6f29a42e40b72a3c8d57371cf72e19ddb4982fd0154ff3288607da93c368de11", "bd1ceabde9e3d5659a728f4e8f9862ab39301f63ac099869d3bdd30dc631ddd2"}},
+    {"rocm/gfx90a/f32/chain", {"918fce9f0685a3564937a91de4d707701cfc3f741cb49d88eccec7675f4d8c2e", "8beb51c269424e85df406e1d686b3ed3a7ee3769f726fbdf00efde03a155483d"}},
+    {"rocm/gfx90a/f32/chain/reference", {"e2448d09dbe2760aace4c85a9b90d9379316d07c6a5d4747576e1fd21e9aee43", "54ff4619b0fc209535a62d19570535e25e3e491d4d0dd844ebb30b7fd2420d84"}},
+    {"rocm/gfx90a/f16/nn/reference", {"bd57cf75be7402d0e4d441c1f1048e1e1676aaf49a2f2f791538ad10da22c746", "88c3f80c4b3fed052de92d0e27294a6ec945f83ff9acc485da2775476b2aa57e"}},
+};
+const std::map<std::string, std::string> kRefusals = {
+    {"wgmma-on-sm_80", "82dce1b0a8f3b25dcfa39cc9863c91fe44c9dd11bd779e691f3738e08df4ca3a"},
+    {"wgmma-f32", "5756387933e5d77dc01d5d0ea103e73846e96a46f77d5fe8978524b231ce9e08"},
+    {"wgmma-limits", "d7c991309992f9cfd239e0cdbed661f6693dad7a1d391a7d58482bd9d42dd9be"},
+    {"wgmma-warps", "f7ec9880cc7a1cbf9127a1040b7fabda3031e580bf1659336457f4d2dd21e183"},
+    {"wgmma-tma", "4a5609ec2677480f78ba304742db3df50b472fb62bb7cd5bc4030dfeb36ed7b8"},
+    {"mma_sync-split-cluster", "7ea812e62250029204cee0f2825e31ddb7a7e1359d5697c5ec5471133aa2a0ca"},
+    {"mma_sync-sm_75", "f012173b3359f45c8eec2469533b89cb4491872e848b5eb6dfbeffb97d6ba355"},
+    {"mma_sync-smem", "5474de748b441a07954037d8402deab63fc5e5c9241da909b30f43bfa7dcaa07"},
+    {"mma_sync-warps", "66cbfc1685f0a1942ef21d415c8e12757a0538359139e528939841debb662a9a"},
+    {"simt-limits", "d6811f18519ee6a33d02c45962f094e1524a95701940e4ea0aa2faf5adebceb2"},
+    {"cpu-vec", "c28b0e5173ed543c6551d3a92fdf670fb0cc99504911ccf9f60187fbed4a2ed5"},
+    {"cpu-unknown", "66eb53091273bce4d1e1248617d96ce70342970e2cfeaf39dbfd834f84269729"},
+    {"rocm-lds-warps", "15a8a10703c39cd9b8d7694bb51b0ce4bbf311221173846a9ebef60165635f9a"},
+    {"shapes", "67a25ec70f581cbb0131532189514124cffd5f2dab80b5841a77810e12ae8285"},
+};
+
+void print_row(const std::string& name, const std::string& a, const std::string& b) {
+  std::printf("    {\"%s\", {\"%s\", \"%s\"}},\n", name.c_str(), a.c_str(), b.c_str());
+}
+
+TEST(GemmRender, EveryRenderingIsTheOnePinned) {
+  const Template* gemm = Registry::builtin().find("gemm");
+  ASSERT_NE(gemm, nullptr);
+  size_t checked = 0;
+  for (Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    TemplateRequest r = c.req;
+    const json specs = gemm->describe(r)["params"];
+    json choices = json::array();
+    for (const json& ch : gemm->default_choices(r)) choices.push_back(ch);
+    const auto ok = gemm->check(r);
+    ASSERT_TRUE(ok) << ok.error().message;
+    const auto rendered = gemm->render(r, c.reference);
+    ASSERT_TRUE(rendered) << rendered.error().message;
+    const std::string src = sha256_hex(rendered->source);
+    if (const char* dir = std::getenv("KFORGE_RENDER_DUMP")) {
+      std::string file = c.name;
+      for (char& ch : file) ch = ch == '/' ? '.' : ch;
+      std::filesystem::create_directories(dir);
+      std::ofstream(std::filesystem::path(dir) / file, std::ios::binary) << rendered->source;
+    }
+    const json rest = {{"params", r.spec.params}, {"abi", rendered->abi.to_json()}, {"family", rendered->family},
+                       {"workspace", rendered->abi.workspace_bytes ? json(*rendered->abi.workspace_bytes) : json(nullptr)},
+                       {"specs", specs}, {"choices", choices}};
+    const std::string meta = sha256_hex(rest.dump());
+    const auto it = kPinned.find(c.name);
+    if (it == kPinned.end() || it->second.first != src || it->second.second != meta) {
+      ADD_FAILURE() << "rendering differs from the pinned one; the row now:";
+      print_row(c.name, src, meta);
+      continue;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, kPinned.size());
+}
+
+TEST(GemmRender, EveryRefusalIsTheOnePinned) {
+  const Template* gemm = Registry::builtin().find("gemm");
+  size_t checked = 0;
+  for (Case& c : refused()) {
+    SCOPED_TRACE(c.name);
+    TemplateRequest r = c.req;
+    const auto ok = gemm->check(r);
+    ASSERT_FALSE(ok) << "check() accepted it";
+    json fields = json::array();
+    for (const auto& f : ok.error().fields) fields.push_back({f.field, f.message});
+    const std::string digest = sha256_hex(json{{"message", ok.error().message}, {"fields", fields}}.dump());
+    const auto it = kRefusals.find(c.name);
+    if (it == kRefusals.end() || it->second != digest) {
+      ADD_FAILURE() << "refusal differs from the pinned one: " << fields.dump() << "; the row now:";
+      std::printf("    {\"%s\", \"%s\"},\n", c.name.c_str(), digest.c_str());
+      continue;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, kRefusals.size());
+}
+
+}  // namespace
+}  // namespace kforge::core::templates
