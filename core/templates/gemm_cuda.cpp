@@ -134,6 +134,8 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
     p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
                                  " slices of 64) into parts with nothing to do: it must be at most " + std::to_string(slices));
   }
+  if (q.value("tail_split", 1) != 1 && (q["split_k"] != 1 || q["cluster_m"] != 1))
+    p.add("/params/tail_split", "tail_split cuts the last wave's tiles itself: it takes split_k 1 and cluster_m 1");
   for (int i = 0; i < 2; ++i) {
     std::string why;
     if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(i) + "/strides", std::string(i ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
@@ -156,6 +158,15 @@ int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
   return int(split);
 }
 
+// The parts of K the tail_split kernel cuts each tile of its last wave into on an H100 (as
+// wgmma.cuh's rows_of() at launch): as many as the SMs the tail leaves idle take, at most 8,
+// none when the tiles fill their waves.
+int wave_tail_parts(const GemmProblem& g, int bm, int bn) {
+  const int64_t tiles = tile_count(g, bm, bn), tail = tiles % kSms, slices = (g.K + 63) / 64;
+  if (tail == 0) return 1;
+  return int(std::min<int64_t>({8, kSms / tail, 160 / tail, slices}));
+}
+
 // Whether the Hopper kernel can run this request (its defaults and choices). The catalog
 // asks with no tensors at all.
 bool wgmma_viable(const TemplateRequest& r) {
@@ -167,7 +178,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"cluster_m", 1}, {"mma", "wgmma"}};
+const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 1}, {"cluster_m", 1}, {"mma", "wgmma"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -226,6 +237,10 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
           {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
            "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
            "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
+          {"tail_split", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
+           "wgmma only: where the tiles leave the last wave of resident blocks partial, that wave's tiles are cut into "
+           "up to this many parts of K (as many as the idle SMs take, counted at launch from M), whose partial sums a "
+           "second kernel adds up (workspace_bytes: 160 tiles of block_m x block_n x 4); 1: never"},
           {"cluster_m", "int", ints({1, 2}), 1,
            "wgmma only: blocks per thread-block cluster, on tiles of one column that share B, each loading half of B and "
            "multicasting it to both"},
@@ -272,13 +287,37 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     auto estimate = [&](const Tiling& t) {
       return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
     };
+    // With the last wave's tiles cut into parts of K (tail_split): the full waves, then the
+    // tail's parts spread over the SMs, each part that fraction of a tile, and 5 % for adding
+    // the parts up; the same parts the kernel takes at launch (wave_tail_parts).
+    auto estimate_tail = [&](const Tiling& t) {
+      const int64_t tiles = tile_count(g, t.bm, t.bn), tail = tiles % kSms, parts = wave_tail_parts(g, t.bm, t.bn);
+      // Fewer tiles than SMs: split_k's choices below cover those.
+      if (t.cluster_m > 1 || parts < 2 || tiles < kSms) return std::numeric_limits<double>::max();
+      const double waves = double(tiles / kSms) + double((tail * parts + kSms - 1) / kSms) / double(parts);
+      return 1.05 * waves * t.bm * t.bn / t.efficiency;
+    };
     const bool compute_bound = tile_count(g, 128, 256) >= kSms;
     double best = std::numeric_limits<double>::max();
-    for (const Tiling& t : kTilings) best = std::min(best, estimate(t));
+    for (const Tiling& t : kTilings) best = std::min(best, estimate(t));  // the whole tiles' best prunes them
     for (const Tiling& t : kTilings) {
       if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
       out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
                      {"cluster_m", t.cluster_m}, {"mma", "wgmma"}});
+    }
+    // A last wave that leaves SMs idle (a tile count just past a wave, a ragged M): the
+    // tilings that cutting its tiles into parts of K makes clearly faster than their whole
+    // tiles (3 % by the model), the three best, within the pruning margin of the best.
+    std::vector<std::pair<double, const Tiling*>> tails;
+    for (const Tiling& t : kTilings) {
+      const double e = estimate_tail(t);
+      if (e < 0.97 * estimate(t) && e <= 1.15 * best && !(g.M <= 64 && t.bm > 64)) tails.push_back({e, &t});
+    }
+    std::sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (tails.size() > 3) tails.resize(3);
+    for (const auto& [e, t] : tails) {
+      out.push_back({{"block_m", t->bm}, {"block_n", t->bn}, {"block_k", 64}, {"warps", t->warps}, {"stages", t->stages}, {"split_k", 1},
+                     {"tail_split", 8}, {"cluster_m", 1}, {"mma", "wgmma"}});
     }
     // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
     const int split = small_problem_split_k(g, 64, 128);
@@ -325,6 +364,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
   if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q.value("tail_split", 1) != 1) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) {
@@ -418,9 +458,10 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
     const auto ta = tma_operand(p, 0), tb = tma_operand(p, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
-    const int split_k = wgmma_splits(p, q["split_k"].get<int>());
+    const int split_k = wgmma_splits(p, q["split_k"].get<int>()), tail_split = q.value("tail_split", 1);
     workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;  // at the request's M
-    s.set("split_k", split_k).set("cluster_m", q["cluster_m"].get<int>());
+    if (tail_split > 1) workspace_bytes = 160ull * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;  // wgmma.cuh TAIL_SLOTS
+    s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>());
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {

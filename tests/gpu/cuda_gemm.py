@@ -475,6 +475,29 @@ def main():
                    params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 2, "mma": "wgmma"})
             report(f"wgmma {dtype} default 1x4096x4096 (split K)", run_case, url=url, workdir=work, dtype=dtype, M=1, N=4096, K=4096,
                    ta=False, tb=False, arch="sm_90a")
+        # The last wave's tiles cut into parts of K (tail_split): a tile count just past a wave
+        # (257 rows of 64x128 tiles: a wave of 132 and 28 more), ragged N and K, every layout,
+        # an epilogue, a batch whose tiles spread over the wave, bf16, and a kernel taking M at
+        # run time whose tail changes with M (none at some, parts of 2 to 8 at others).
+        tail = {"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 1, "tail_split": 8, "mma": "wgmma"}
+        chain_tail = [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}]
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):  # an M-major A needs M a multiple of 8 (TMA): 264 rows there
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                m = 264 if ta else 257
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} tail_split {m}x4104x1000", run_case, url=url, workdir=work, dtype=dtype,
+                       M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a", params=tail)
+            bias = torch.randn(4096, device="cuda", dtype=torch.float32)
+            report(f"wgmma {dtype} tail_split add+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=257, N=4096,
+                   K=4096, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
+                   extra=[("bias", bias)], arch="sm_90a", params=tail)
+            report(f"wgmma {dtype} tail_split batched 5x 130x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=130, N=1000,
+                   K=520, ta=False, tb=True, batch=5, arch="sm_90a", params=tail)
+            report(f"wgmma {dtype} tail_split 128x256 2048x11008x4096", run_case, url=url, workdir=work, dtype=dtype, M=2048, N=11008,
+                   K=4096, ta=False, tb=False, arch="sm_90a",
+                   params={**tail, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4})
+        report("wgmma float16 runtime M tail_split 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=tail,
+               M0=257, Ms=[1, 64, 257, 300, 2049], N=4104, K=1000, ops=chain_tail)
         # Clusters of two blocks on two tiles of a column, each multicasting half of B to both:
         # every layout (a K-major and an N-major B take different multicast paths), an odd
         # number of tile rows (the last pair's second tile lies past M), one consumer

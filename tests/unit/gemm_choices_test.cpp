@@ -4,6 +4,7 @@
 // each rendering uses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -38,9 +39,30 @@ std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, i
   for (const auto& c : Registry::builtin().find("gemm")->default_choices(r)) {
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
-               std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) == 2 ? "c2" : ""));
+               std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) == 2 ? "c2" : "") +
+               (c.value("tail_split", 1) > 1 ? "t" : ""));
   }
   return out;
+}
+
+// A last wave that leaves most SMs idle: the tilings whose last-wave tiles cut into parts of
+// K (tail_split, "t") the model puts clearly ahead are tried too, at most three; where the
+// last wave is nearly full (4096^3: 116 of 132) or the tiles are fewer than the SMs (split-K's
+// case), none are.
+TEST(GemmChoices, APartialLastWaveTriesCuttingItsTilesIntoPartsOfK) {
+  auto tails = [](const std::multiset<std::string>& c) {
+    return std::count_if(c.begin(), c.end(), [](const std::string& s) { return s.ends_with("t"); });
+  };
+  // 2048x11008x4096: 688 tiles of 128x256, 5 waves and 28 (a fifth of a wave).
+  const auto llm = hopper_choices(1, 2048, 11008, 4096);
+  EXPECT_GE(tails(llm), 1);
+  EXPECT_LE(tails(llm), 3);
+  EXPECT_TRUE(llm.count("128x256/1t")) << ::testing::PrintToString(llm);
+  // 257x4096x4096: M one past two 128-row tiles; 64-row tiles, 160 of 64x128: a wave and 28.
+  EXPECT_GE(tails(hopper_choices(1, 257, 4096, 4096)), 1);
+  EXPECT_EQ(tails(hopper_choices(1, 4096, 4096, 4096)), 0);
+  EXPECT_EQ(tails(hopper_choices(1, 1, 4096, 4096)), 0);
+  EXPECT_EQ(tails(hopper_choices(1, 100, 1000, 1000)), 0);
 }
 
 TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {

@@ -8,7 +8,11 @@
 // The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
 // epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
-// the same time. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
+// the same time. With TAIL > 1 (tail_split) the tiles that fill whole waves of the resident
+// blocks are units of their own, and only the last, partial wave's tiles are cut into up to
+// TAIL parts of K (as many as the idle blocks take; counted at launch from M), whose partial
+// sums tail_reduce adds up: a ragged M or a tile count just past a wave no longer leaves most
+// SMs idle for a whole tile's time, and the full waves pay nothing for it. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
 // columns at a time, from which the TMA unit writes them to C (where C's layout allows).
 //
 // With CLUSTER = 2 the blocks run in pairs (a thread-block cluster) on the two tiles of a
@@ -46,6 +50,7 @@ using TC = half;
 #define $stages$ 4
 #define $consumers$ 2
 #define $split_k$ 2
+#define $tail_split$ 1
 #define $cluster_m$ 2
 #define $a_kmajor$ true
 #define $b_kmajor$ false
@@ -72,6 +77,11 @@ using TC = half;
 
 namespace wg {
 constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
+constexpr int TAIL = $tail_split$;  // > 1: the last wave's tiles are cut into up to TAIL parts of K
+// Workspace slots of tail parts (one BM x BN float tile each): the parts of a tail never
+// outnumber the resident blocks, and no GPU has more than this many SMs.
+constexpr int64_t TAIL_SLOTS = 160;
+static_assert(TAIL <= 1 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m 1");
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
@@ -83,15 +93,38 @@ constexpr int64_t GROUP_M = 8;
 // What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
 // CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
 // is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
+// With TAIL > 1: units [0, dp) are whole tiles; the rest are the tail's tiles, `parts` units
+// each of `kps` K slices (parts = 1: no tail split, every unit a tile).
 struct Rows {
-  int64_t M, groups_m, units;
+  int64_t M, groups_m, units, dp, parts, kps;
 };
-__host__ __device__ __forceinline__ Rows rows_of(int64_t M) {
+// `resident`: the blocks (clusters) that run at once.
+__host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident) {
   const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
-  return {M, groups_m, groups_m * TILES_N * kBatch * SPLITS};
+  Rows r{M, groups_m, groups_m * TILES_N * kBatch * SPLITS, 0, 1, KTILES};
+  r.dp = r.units;
+  if constexpr (TAIL > 1) {
+    const int64_t tiles = r.units, full = tiles / resident * resident, tail = tiles - full;
+    int64_t parts = tail > 0 ? resident / tail : 1;
+    if (parts > TAIL) parts = TAIL;
+    if (tail > 0 && parts > TAIL_SLOTS / tail) parts = TAIL_SLOTS / tail;
+    if (parts > KTILES) parts = KTILES;
+    if (parts > 1) {
+      r.kps = (KTILES + parts - 1) / parts;
+      r.parts = (KTILES + r.kps - 1) / r.kps;  // no part without K slices
+    }
+    if (r.parts > 1) {
+      r.dp = full;
+      r.units = full + tail * r.parts;
+    }
+  }
+  return r;
 }
-// split-K's partial sums: SPLITS float slices of [batch][M][N].
-size_t workspace_bytes(int64_t M) { return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0; }
+// split-K's partial sums: SPLITS float slices of [batch][M][N]; the tail's: a tile per slot.
+size_t workspace_bytes(int64_t M) {
+  if constexpr (TAIL > 1) return size_t(TAIL_SLOTS) * BM * BN * 4;
+  return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0;
+}
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
 constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0;
@@ -227,13 +260,23 @@ __device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
   return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
 }
 
-// A unit's part of its tile's K range: slices [k0, k1) of split `split`.
-struct Span {
+// A unit of work: its tile, and its part of the tile's K range, slices [k0, k1) of split
+// `split`; `slot` >= 0: a tail part, whose partial sums go to workspace slot `slot`.
+struct Work {
+  int64_t tile;
   int split, k0, k1;
+  int64_t slot;
 };
-__device__ __forceinline__ Span span_of(int64_t unit) {
-  const int split = int(unit % SPLITS), k0 = split * KPS;
-  return {split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES};
+__device__ __forceinline__ Work work_of(int64_t unit, const Rows& rows) {
+  if constexpr (TAIL > 1) {
+    if (unit < rows.dp) return {unit, 0, 0, KTILES, -1};
+    const int64_t v = unit - rows.dp, t = v / rows.parts;
+    const int split = int(v % rows.parts), k0 = int(split * rows.kps), k1 = int(k0 + rows.kps < KTILES ? k0 + rows.kps : KTILES);
+    return {rows.dp + t, split, k0, k1, t};
+  } else {
+    const int split = int(unit % SPLITS), k0 = split * KPS;
+    return {unit / SPLITS, split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES, -1};
+  }
 }
 
 // Two adjacent outputs, rounded as kf_store rounds each.
@@ -309,6 +352,43 @@ __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_
     }
 }
 
+// A tail part's partial sums, as floats, to its BM x BN slot (rows and columns of the tile).
+__device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, int row0, int lane) {
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = row0 + lane / 4 + 8 * h, c = j * 8 + 2 * (lane % 4);
+      *reinterpret_cast<float2*>(Wt + r * BN + c) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
+    }
+}
+
+// A tail tile's C = epilogue(the sum of its parts), four outputs a thread, every tile's
+// threads side by side (TAIL_QUADS a tile): the parts' loads are independent and issued at
+// once, so the few tail tiles are added up by the whole GPU, not one block each.
+constexpr int TAIL_QUADS = BM * BN / 4;
+__global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, slot = i / TAIL_QUADS;
+  const int q = int(i % TAIL_QUADS), r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+  if (slot >= (rows.units - rows.dp) / rows.parts) return;
+  const Tile tile = tile_at(rows.dp + slot, 0, rows.groups_m);
+  const int64_t m = tile.m0 + r, n = tile.n0 + c;
+  if (m >= rows.M || n >= kN) return;
+  const float* const w = W + slot * rows.parts * BM * BN + r * BN + c;
+  float4 x[TAIL > 1 ? TAIL : 1];
+#pragma unroll
+  for (int s = 0; s < TAIL; ++s)
+    if (s < rows.parts) x[s] = *reinterpret_cast<const float4*>(w + int64_t(s) * BM * BN);
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int s = 0; s < TAIL; ++s)
+    if (s < rows.parts) v[0] += x[s].x, v[1] += x[s].y, v[2] += x[s].z, v[3] += x[s].w;
+  TC* const p = C + offC + int64_t(tile.b) * sCb + m * sCm + n * sCn;
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], tile.b, m, n + e/*$EPARGS$*/));
+}
+
 // C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
 __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
   const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
@@ -350,10 +430,10 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
                                         const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
   for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
-    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
+    const Work w = work_of(unit, rows);
+    const Tile tile = tile_at(w.tile, rank, rows.groups_m);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
-    const Span span = span_of(unit);
-    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
+    for (int kt = w.k0; kt < w.k1; ++kt, ++it) {
       const int s = int(it % STAGES);
       if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
       const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
@@ -394,15 +474,15 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
   int64_t it = 0;
   const int64_t M = rows.M;
   for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
-    const Tile tile = tile_at(unit / SPLITS, rank, rows.groups_m);
-    const Span span = span_of(unit);
+    const Work w = work_of(unit, rows);
+    const Tile tile = tile_at(w.tile, rank, rows.groups_m);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
       fence_regs(acc[mi]);
     }
-    for (int kt = span.k0; kt < span.k1; ++kt, ++it) {
+    for (int kt = w.k0; kt < w.k1; ++kt, ++it) {
       const int s = int(it % STAGES);
       mbar_wait(full + 8 * s, uint32_t(it / STAGES) & 1);
       const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES;
@@ -414,7 +494,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
-      if (kt > span.k0 && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
+      if (kt > w.k0 && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
     }
     wgmma_wait<0>();
     if (tid == 0) release(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
@@ -422,8 +502,16 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
     for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
 
     const int b = tile.b;
+    if constexpr (TAIL > 1) {
+      if (w.slot >= 0) {  // a tail part: its partial sums, for tail_reduce
+        float* const Wt = W + (w.slot * rows.parts + w.split) * int64_t(BM) * BN;
+#pragma unroll
+        for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, wg * WG_M + mi * 64 + warp * 16, lane);
+        continue;
+      }
+    }
     if constexpr (SPLITS > 1) {
-      float* const Ws = W + (int64_t(span.split) * kBatch + b) * M * kN;
+      float* const Ws = W + (int64_t(w.split) * kBatch + b) * M * kN;
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
       continue;
@@ -529,7 +617,7 @@ cudaError_t make_map(CUtensorMap* map, const E* base, uint64_t inner, uint64_t o
 }
 
 cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
-  if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
+  if ((SPLITS > 1 || TAIL > 1) && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
   CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
   cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
   if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
@@ -564,10 +652,16 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
     if (clusters == 0) return cudaErrorInvalidConfiguration;
     resident = clusters;
   }
-  const Rows rows = rows_of(M);
+  const Rows rows = rows_of(M, resident);
   config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
   if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows/*$EPARGS$*/)) != cudaSuccess) return e;
-  if ((e = cudaGetLastError()) != cudaSuccess || SPLITS == 1) return e;
+  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  if constexpr (TAIL > 1) {
+    if (rows.parts > 1)
+      tail_reduce<<<unsigned((rows.units - rows.dp) / rows.parts * TAIL_QUADS / 256), 256, 0, stream>>>(W, C, rows/*$EPARGS$*/);
+    return cudaGetLastError();
+  }
+  if (SPLITS == 1) return e;
   const int64_t quads = kBatch * M * ROW_QUADS;
   const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
   splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C, M/*$EPARGS$*/);
