@@ -31,6 +31,7 @@
 #include "core/bench/bench.hpp"
 #include "core/build.hpp"
 #include "core/jobs.hpp"
+#include "core/prefetch.hpp"
 #include "core/sharded_map.hpp"
 #include "core/request.hpp"
 #include "core/sandbox.hpp"
@@ -136,9 +137,10 @@ class Server : private FrontHandler {
   void kernel_routes();
   void job_routes();
   void status_routes();
-  // POST /prefetch (api/routes_prefetch.cpp): starts the prefetch thread, which runs each
+  // POST /prefetch (api/routes_prefetch.cpp): starts the core::Prefetcher, which runs each
   // prefetch job and wakes on every job change (prefetch_wake, from the queue's observer).
   void prefetch_routes();
+  void post_prefetch(const httplib::Request& req, httplib::Response& res);
   void prefetch_wake();
   void stop_prefetch();  // by ~Server, before the queue goes
 
@@ -190,8 +192,7 @@ class Server : private FrontHandler {
   core::ShardedMap<std::shared_ptr<const HitView>> hit_views_{4096};
   // sha256 of a POST /kernels body that was valid -> its request key.
   core::ShardedMap<std::string> request_bodies_{16384};
-  struct Prefetcher;
-  std::shared_ptr<Prefetcher> prefetch_;  // before jobs_: woken by its observer until it goes
+  std::unique_ptr<core::Prefetcher> prefetch_;  // before jobs_: woken by its observer until it goes
   core::JobQueue jobs_;
   core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;
