@@ -13,16 +13,18 @@ class App;
 
 namespace kforge::cli {
 
+// The exit statuses, the same for `python -m kforge` (docs/API.md, "The command line").
 constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;  // the work failed (a compile error, a server's refusal, a corrupt cache)
-constexpr int kExitUsage = 2;   // the command line or a setting is wrong
+constexpr int kExitFailed = 1;       // an answer to read: a compile error, a refused request, a corrupt cache
+constexpr int kExitUsage = 2;        // the command line, a setting or an input file is wrong
+constexpr int kExitUnreachable = 3;  // no answer from the server (refused, timed out, no such host, TLS)
 
 using Run = std::function<int()>;
 using Declare = Run (*)(CLI::App& command);
 
 Run declare_serve(CLI::App& command);       // service/serve.cpp
 Run declare_cache(CLI::App& command);       // service/cache.cpp
-Run declare_submit(CLI::App& command);      // service/submit.cpp
+Run declare_compile(CLI::App& command);     // service/compile.cpp
 Run declare_explain(CLI::App& command);     // service/explain.cpp
 Run declare_prefetch(CLI::App& command);    // service/prefetch.cpp
 Run declare_toolchains(CLI::App& command);  // service/toolchains.cpp

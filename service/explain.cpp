@@ -60,12 +60,12 @@ void print_miss_reason(const nlohmann::json& reason) {
 }
 
 int explain(const Options& o) {
-  auto body = read_input(o.file, "explain");
+  auto body = read_request(o.file, "explain");
   if (!body) return kExitUsage;
   auto cli = client_for(o.client, "explain");
   if (!cli) return kExitUsage;
   auto res = post_json(*cli, o.client, "explain", "/explain", *body);
-  if (!res) return kExitFailed;
+  if (!res) return kExitUnreachable;
   auto j = nlohmann::json::parse(res->body, nullptr, false);
   if (res->status != 200 || !j.is_object()) {
     print_failure("explain", res->status, j, res->body);

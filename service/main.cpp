@@ -14,23 +14,24 @@ namespace {
 
 struct Command {
   const char* name;
+  const char* alias;  // another name for it, or nullptr
   const char* summary;
   Declare declare;
 };
 
 constexpr Command kCommands[] = {
-    {"serve", "run the compilation service (kforge serve --help lists its settings)", declare_serve},
-    {"submit", "send a request (FILE.json, or - for stdin) and save what comes back", declare_submit},
-    {"explain", "would this request hit the cache, and if not, why not", declare_explain},
-    {"toolchains", "show the compilers this host has (or a server has, with --server)", declare_toolchains},
-    {"prefetch", "compile on a server whatever of a recorded list of requests it lacks", declare_prefetch},
-    {"cache", "look after a cache directory: stats, gc, verify, export, import (also while a server uses it)",
+    {"serve", nullptr, "run the compilation service (kforge serve --help lists its settings)", declare_serve},
+    {"compile", "submit", "send a request (FILE.json, or - for stdin) to a server and save the kernel", declare_compile},
+    {"explain", nullptr, "would this request hit the cache, and if not, why not", declare_explain},
+    {"toolchains", nullptr, "show the compilers this host has (or a server has, with --server)", declare_toolchains},
+    {"prefetch", nullptr, "compile on a server whatever of a recorded list of requests it lacks", declare_prefetch},
+    {"cache", nullptr, "look after a cache directory: stats, gc, verify, export, import (also while a server uses it)",
      declare_cache},
 };
 
 bool is_command(const std::string& word) {
   for (const auto& c : kCommands) {
-    if (word == c.name) return true;
+    if (word == c.name || (c.alias && word == c.alias)) return true;
   }
   return false;
 }
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<CLI::App*, Run>> commands;
   for (const auto& c : kCommands) {
     CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    if (c.alias) sub->alias(c.alias);
     commands.emplace_back(sub, c.declare(*sub));
   }
   const std::string first = argc > 1 ? argv[1] : "";

@@ -63,13 +63,22 @@ std::optional<nlohmann::json> read_prefetch_manifest(const std::string& name) {
                         {"requests", std::move(requests)}};
 }
 
+// One finished entry: "3/6 built #2 cpu_kernel_1a2b3c4d5e6f label" (no name when it has none).
+std::string entry_line(const nlohmann::json& e, size_t total) {
+  std::string line = std::to_string(e.value("seq", 0)) + "/" + std::to_string(total) + " " + e.value("outcome", "?") +
+                     " #" + std::to_string(e.value("index", -1));
+  if (e.contains("kernel_name") && e["kernel_name"].is_string()) line += " " + e["kernel_name"].get<std::string>();
+  if (e.contains("label") && e["label"].is_string()) line += " " + e["label"].get<std::string>();
+  return line;
+}
+
 int prefetch(const Options& o) {
   auto body = read_prefetch_manifest(o.manifest);
   if (!body) return kExitUsage;
   auto cli = client_for(o.client, "prefetch");
   if (!cli) return kExitUsage;
   auto res = post_json(*cli, o.client, "prefetch", "/prefetch", body->dump(), {{"Prefer", "respond-async"}});
-  if (!res) return kExitFailed;
+  if (!res) return kExitUnreachable;
   auto job = nlohmann::json::parse(res->body, nullptr, false);
   if ((res->status != 200 && res->status != 202) || !job.is_object() || !job.contains("id")) {
     print_failure("prefetch", res->status, job, res->body);
@@ -90,15 +99,13 @@ int prefetch(const Options& o) {
       return;
     }
     for (const auto& e : p.value("recent", nlohmann::json::array())) {
-      if (!shown.insert(e.value("index", int64_t{-1})).second) continue;
-      std::cout << e.value("seq", 0) << "/" << total << " " << e.value("outcome", "?") << " #"
-                << e.value("index", -1) << " " << e.value("kernel_name", nlohmann::json("-")).dump()
-                << (e.contains("label") ? " " + e["label"].get<std::string>() : "") << "\n";
+      if (shown.insert(e.value("index", int64_t{-1})).second) std::cout << entry_line(e, total) << "\n";
     }
   };
   // Follow the job's events to its end; a stream that ends early is opened again, and
   // polled where streaming does not work.
   nlohmann::json end;
+  httplib::Error last_error = httplib::Error::Success;  // of the last poll that got no answer
   for (int attempt = 0; attempt < 5 && end.is_null(); ++attempt) {
     std::string buffer;
     cli->Get("/jobs/" + id + "/events", {{"Accept", "text/event-stream"}}, [&](const char* data, size_t n) {
@@ -123,6 +130,7 @@ int prefetch(const Options& o) {
     });
     if (end.is_null()) {
       auto poll = cli->Get("/jobs/" + id);
+      last_error = poll ? httplib::Error::Success : poll.error();
       auto j = poll && poll->status == 200 ? nlohmann::json::parse(poll->body, nullptr, false) : nlohmann::json();
       if (j.is_object() && (j["state"] == "done" || j["state"] == "failed")) end = j;
       else if (attempt > 0) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -130,6 +138,11 @@ int prefetch(const Options& o) {
   }
   if (tty) std::cout << "\n";
   if (end.is_null()) {
+    if (last_error != httplib::Error::Success) {
+      print_unreachable("prefetch", o.client, last_error);
+      std::cerr << "kforge prefetch: job " << id << " was left running there\n";
+      return kExitUnreachable;
+    }
     std::cerr << "kforge prefetch: lost job " << id << " on " << o.client.server << "\n";
     return kExitFailed;
   }
@@ -142,9 +155,7 @@ int prefetch(const Options& o) {
   if (!tty) {  // what the events did not show (a stream may skip events)
     for (const auto& e : entries) {
       if (e["outcome"].is_null() || shown.contains(e.value("index", int64_t{-1}))) continue;
-      std::cout << e.value("seq", 0) << "/" << entries.size() << " " << e.value("outcome", "?") << " #"
-                << e.value("index", -1) << " " << e.value("kernel_name", nlohmann::json("-")).dump()
-                << (e.contains("label") ? " " + e["label"].get<std::string>() : "") << "\n";
+      std::cout << entry_line(e, entries.size()) << "\n";
     }
   }
   const int64_t failed = result.value("failed", 0), done = result.value("done", 0), total = result.value("total", 0);

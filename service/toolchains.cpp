@@ -17,9 +17,14 @@ int toolchains(const ClientOptions& o) {
     return kExitOk;
   }
   auto cli = client_for(o, "toolchains");
+  if (!cli) return kExitUsage;
   auto res = cli->Get("/toolchains");
-  if (!res || res->status != 200) {
-    std::cerr << "kforge toolchains: cannot query " << o.server << "\n";
+  if (!res) {
+    print_unreachable("toolchains", o, res.error());
+    return kExitUnreachable;
+  }
+  if (res->status != 200) {
+    print_failure("toolchains", res->status, nlohmann::json::parse(res->body, nullptr, false), res->body);
     return kExitFailed;
   }
   std::cout << res->body;

@@ -1,13 +1,17 @@
-// The `kforge` command line as a user meets it: every command's --help, and an unknown
-// flag refused by every command (exit 2, naming it) before it does anything.
+// The `kforge` command line as a user meets it: every command's --help, an unknown flag
+// refused by every command (exit 2, naming it) before it does anything, and the exit
+// statuses and variables it shares with `python -m kforge`.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/fsutil.hpp"
 #include "core/process.hpp"
+#include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::testing {
@@ -20,10 +24,16 @@ struct Ran {
   std::string output;  // stdout and stderr
 };
 
-Ran kforge(const fs::path& cwd, std::vector<std::string> args, std::vector<std::string> env = {}) {
+Ran kforge(const fs::path& cwd, std::vector<std::string> args, std::vector<std::string> env = {},
+           std::chrono::seconds timeout = std::chrono::seconds(60)) {
   args.insert(args.begin(), KFORGE_BINARY);
   env.push_back("PATH=/usr/bin:/bin");
-  auto r = core::run_process({.argv = args, .cwd = cwd, .env = env, .timeout = std::chrono::seconds(60)});
+  core::ProcessSpec spec;
+  spec.argv = args;
+  spec.cwd = cwd;
+  spec.env = env;
+  spec.timeout = timeout;
+  auto r = core::run_process(spec);
   if (!r) return {};
   return {r->timed_out || r->term_signal ? -1 : r->exit_code, r->output};
 }
@@ -31,7 +41,7 @@ Ran kforge(const fs::path& cwd, std::vector<std::string> args, std::vector<std::
 // Each command as a user types it, with what it needs besides the flag under test.
 const std::vector<std::vector<std::string>> kCommands = {
     {"serve"},
-    {"submit", "req.json", "--server", "http://127.0.0.1:9"},
+    {"compile", "req.json", "--server", "http://127.0.0.1:9"},
     {"explain", "req.json", "--server", "http://127.0.0.1:9"},
     {"prefetch", "req.json", "--server", "http://127.0.0.1:9"},
     {"toolchains"},
@@ -77,15 +87,64 @@ TEST(Cli, EveryCommandHasItsOwnHelp) {
   }
   const Ran top = kforge(scratch.path(), {"--help"});
   EXPECT_EQ(top.exit_code, 0);
-  for (const char* c : {"serve", "submit", "explain", "toolchains", "prefetch", "cache"})
+  for (const char* c : {"serve", "compile, submit", "explain", "toolchains", "prefetch", "cache"})
     EXPECT_NE(top.output.find(std::string("\n  ") + c + " "), std::string::npos) << c << ": " << top.output;
   EXPECT_EQ(kforge(scratch.path(), {}).exit_code, 2);
   const Ran unknown = kforge(scratch.path(), {"compil", "req.json"});
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.output.find("unknown command `compil`"), std::string::npos) << unknown.output;
-  const Ran missing = kforge(scratch.path(), {"submit", "--server", "http://127.0.0.1:9"});
+  const Ran missing = kforge(scratch.path(), {"compile", "--server", "http://127.0.0.1:9"});
   EXPECT_EQ(missing.exit_code, 2) << missing.output;
   EXPECT_NE(missing.output.find("FILE is required"), std::string::npos) << missing.output;
+}
+
+// The same statuses as `python -m kforge` (clients/python/tests/test_cli.py): 0 ok, 1 an
+// answer to read, 2 a usage error, 3 no answer; the server from KFORGE_URL.
+TEST(Cli, ExitStatusesVerbsAndTheServersVariable) {
+  Scratch scratch;
+  ServerProcess server(scratch / "cache", scratch / "server.log");
+  ASSERT_TRUE(core::write_file(scratch / "req.json", hit_request().dump()));
+  nlohmann::json bad = hit_request();
+  bad["arch"] = "no-such-cpu";
+  ASSERT_TRUE(core::write_file(scratch / "bad.json", bad.dump()));
+  ASSERT_TRUE(core::write_file(scratch / "text.json", "not json"));
+  const std::string url = "KFORGE_URL=" + server.url();
+  const std::string down = "http://127.0.0.1:" + std::to_string(free_port());
+
+  Ran r = kforge(scratch.path(), {"compile", "req.json"}, {url});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cache    miss"), std::string::npos) << r.output;
+  r = kforge(scratch.path(), {"submit", "req.json"}, {url});  // the older name
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cache    hit"), std::string::npos) << r.output;
+  r = kforge(scratch.path(), {"explain", "req.json"}, {url});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = kforge(scratch.path(), {"toolchains"}, {url});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(nlohmann::json::parse(r.output, nullptr, false).contains("sandbox")) << "not the server's: " << r.output;
+
+  r = kforge(scratch.path(), {"compile", "bad.json"}, {url});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("/arch"), std::string::npos) << r.output;
+  for (const char* file : {"text.json", "missing.json"}) {
+    r = kforge(scratch.path(), {"compile", file}, {url});
+    EXPECT_EQ(r.exit_code, 2) << file << ": " << r.output;
+    EXPECT_NE(r.output.find(file), std::string::npos) << r.output;
+  }
+  r = kforge(scratch.path(), {"compile", "req.json"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("KFORGE_URL"), std::string::npos) << r.output;
+
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"compile", "req.json"}, {"explain", "req.json"}, {"prefetch", "req.json"},
+        {"toolchains"}}) {
+    r = kforge(scratch.path(), args, {"KFORGE_URL=" + down});
+    EXPECT_EQ(r.exit_code, 3) << args[0] << ": " << r.output;
+    EXPECT_NE(r.output.find("cannot reach " + down + ": connection refused"), std::string::npos) << r.output;
+  }
+  r = kforge(scratch.path(), {"compile", "req.json", "--server", "http://no-such-host.invalid:8080"});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("no such host `no-such-host.invalid`"), std::string::npos) << r.output;
 }
 
 }  // namespace

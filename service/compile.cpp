@@ -1,5 +1,6 @@
-// `kforge submit FILE --server URL [--out DIR]`: POSTs a request to /kernels, follows a 202
-// to its job, prints the summary and, with --out, writes what a build needs beside it.
+// `kforge compile FILE --server URL [--out DIR]` (or `kforge submit`, its older name): POSTs
+// a request to /kernels, follows a 202 to its job, prints the summary and, with --out, writes
+// what a build needs beside it.
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -22,21 +23,27 @@ struct Options {
   std::string out;
 };
 
-int submit(const Options& o) {
-  auto body = read_input(o.file, "submit");
+constexpr const char* kCmd = "compile";
+
+int compile(const Options& o) {
+  auto body = read_request(o.file, kCmd);
   if (!body) return kExitUsage;
-  auto cli = client_for(o.client, "submit");
+  auto cli = client_for(o.client, kCmd);
   if (!cli) return kExitUsage;
-  auto res = post_json(*cli, o.client, "submit", "/kernels", *body);
-  if (!res) return kExitFailed;
+  auto res = post_json(*cli, o.client, kCmd, "/kernels", *body);
+  if (!res) return kExitUnreachable;
   int status = res->status;
   auto j = nlohmann::json::parse(res->body, nullptr, false);
   // 202: the build outlived the request; follow its job until it ends.
   for (std::string location = res->get_header_value("Location"); status == 202 && !location.empty();) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     auto poll = cli->Get(location);
-    if (!poll || poll->status != 200) {
-      std::cerr << "kforge submit: cannot follow " << location << "\n";
+    if (!poll) {
+      print_unreachable(kCmd, o.client, poll.error());
+      return kExitUnreachable;
+    }
+    if (poll->status != 200) {
+      std::cerr << "kforge " << kCmd << ": cannot follow " << location << ": HTTP " << poll->status << "\n";
       return kExitFailed;
     }
     auto job = nlohmann::json::parse(poll->body, nullptr, false);
@@ -46,7 +53,7 @@ int submit(const Options& o) {
     }
   }
   if (status != 200 || !j.is_object()) {
-    print_failure("submit", status, j, res->body);
+    print_failure(kCmd, status, j, res->body);
     return kExitFailed;
   }
   const std::string name = j["kernel_name"];
@@ -62,7 +69,7 @@ int submit(const Options& o) {
   auto fetch = [&](const std::string& url, const fs::path& dest) -> bool {
     auto r = cli->Get(url);
     if (!r || r->status != 200) {
-      std::cerr << "kforge submit: GET " << url << " failed\n";
+      std::cerr << "kforge " << kCmd << ": GET " << url << " failed\n";
       return false;
     }
     return core::write_file_atomic(dest, r->body).has_value();
@@ -81,7 +88,7 @@ int submit(const Options& o) {
 
 }  // namespace
 
-Run declare_submit(CLI::App& command) {
+Run declare_compile(CLI::App& command) {
   auto o = std::make_shared<Options>();
   command.footer(
       "POSTs FILE to URL/kernels (following a 202 to its job) and prints the summary. With --out,\n"
@@ -90,7 +97,7 @@ Run declare_submit(CLI::App& command) {
   command.add_option("FILE", o->file, "the request, a POST /kernels body (- for stdin)")->required()->type_name("");
   add_client_options(command, o->client);
   command.add_option("--out", o->out, "write the kernel's files into this directory")->type_name("DIR");
-  return [o] { return submit(*o); };
+  return [o] { return compile(*o); };
 }
 
 }  // namespace kforge::cli
