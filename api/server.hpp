@@ -25,12 +25,12 @@
 
 #include "api/auth.hpp"
 #include "api/front.hpp"
-#include "api/log_sink.hpp"
 #include "api/metrics.hpp"
 #include "core/autotune.hpp"
 #include "core/bench/bench.hpp"
 #include "core/build.hpp"
 #include "core/jobs.hpp"
+#include "core/log.hpp"
 #include "core/prefetch.hpp"
 #include "core/sharded_map.hpp"
 #include "core/request.hpp"
@@ -161,7 +161,7 @@ class Server : private FrontHandler {
   // Keeps the cache under --cache-max-bytes.
   void maintain_cache();
   nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache
-  void log_line(nlohmann::json line);
+  void log_line(nlohmann::json line);  // {"event", fields...} as one record (core/log.hpp)
   // The access log's line for one request (both the front's and httplib's).
   void access_log(const std::string& request_id, std::string_view method, std::string_view path,
                   const std::string& route, int status, double ms, size_t bytes, std::string_view client);
@@ -182,7 +182,6 @@ class Server : private FrontHandler {
 
   ServerConfig config_;
   Services svc_;
-  LogSink log_;  // before everything that logs: destroyed (and flushed) after it
   Metrics metrics_;
   HitCounts hits_;
   struct HitView {

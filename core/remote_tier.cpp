@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <iostream>
 #include <random>
 
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
+#include "core/log.hpp"
 #include "core/store.hpp"
 
 namespace kforge::core {
@@ -173,7 +173,9 @@ redisContext* RedisTier::connect() {
 
 void RedisTier::mark_down(const std::string& why) {
   std::lock_guard lock(mu_);
-  if (up_.exchange(false)) std::cerr << "kforge: redis " << o_.url.redacted() << " down: " << why << "\n";
+  if (up_.exchange(false)) {
+    log::warn("redis", "redis " + o_.url.redacted() + " down: " + why).str("redis", o_.url.redacted()).str("state", "down");
+  }
   last_error_ = why;
   retry_at_ = Clock::now() + backoff_;
   backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(5));
@@ -200,7 +202,7 @@ std::optional<RedisTier::Reply> RedisTier::command(const std::vector<std::string
   Reply out = Reply::from(r);
   freeReplyObject(r);
   std::lock_guard lock(mu_);
-  if (!up_.exchange(true)) std::cerr << "kforge: redis " << o_.url.redacted() << " up\n";
+  if (!up_.exchange(true)) log::info("redis", "redis " + o_.url.redacted() + " up").str("redis", o_.url.redacted()).str("state", "up");
   backoff_ = std::chrono::milliseconds(100);
   if (pool_.size() < 16) pool_.push_back(c);
   else redisFree(c);
@@ -236,7 +238,9 @@ std::optional<nlohmann::json> RedisTier::fetch(const std::string& key, DiskStore
       return std::nullopt;
     }
     if (sha256_hex(blob->str) != sha || blob->str.size() != f.value("bytes", uint64_t{0})) {
-      std::cerr << "kforge: redis blob " << sha << " of " << key << " is corrupt; deleted, not used\n";
+      log::error("redis_corrupt", "redis blob " + sha + " of " + key + " is corrupt; deleted, not used")
+          .str("blob", sha)
+          .str("key", key);
       count(&RemoteCounters::corrupt);
       command({"DEL", k("blob", sha)});
       return std::nullopt;

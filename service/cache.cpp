@@ -58,9 +58,18 @@ int cache(const Options& o) {
     }
     max_bytes = *n;
   }
+  std::string dir = o.cache_dir;
+  if (dir.empty()) {
+    auto fallback = default_cache_dir();
+    if (!fallback) {
+      std::cerr << "kforge cache: " << fallback.error() << "\n";
+      return kExitUsage;
+    }
+    dir = *fallback;
+  }
   std::unique_ptr<core::DiskStore> store;
   try {
-    store = std::make_unique<core::DiskStore>(fs::absolute(o.cache_dir.empty() ? default_cache_dir() : o.cache_dir));
+    store = std::make_unique<core::DiskStore>(fs::absolute(dir));
   } catch (const std::exception& e) {
     std::cerr << "kforge cache: " << e.what() << "\n";
     return kExitFailed;
@@ -123,7 +132,7 @@ Run declare_cache(CLI::App& command) {
   command.require_subcommand(1);
   auto sub = [&](const char* name, const char* what) {
     CLI::App* s = command.add_subcommand(name, what);
-    s->add_option("--cache-dir", o->cache_dir, "the cache root [$XDG_CACHE_HOME/kforge, or ./.kforge-cache]")
+    s->add_option("--cache-dir", o->cache_dir, "the cache root [$XDG_CACHE_HOME/kforge, or ~/.cache/kforge]")
         ->envname("KFORGE_CACHE_DIR")
         ->type_name("DIR");
     s->callback([o, name] { o->what = name; });

@@ -3,6 +3,7 @@
 // Bencher, Auth (core) and the Server (api) — and serves until SIGINT or SIGTERM.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -18,6 +19,7 @@
 #include "api/server.hpp"
 #include "api/tls.hpp"
 #include "core/fsutil.hpp"
+#include "core/log.hpp"
 #include "service/commands.hpp"
 #include "service/serve_config.hpp"
 
@@ -39,10 +41,6 @@ size_t default_max_connections() {
   return n > 512 ? size_t(n - 256) : size_t(n / 2);
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
-}
-
 // Toolchain roots outside /usr that a sandboxed compiler must still see (e.g. /opt/rocm).
 std::vector<fs::path> toolchain_roots(const core::Toolchains& toolchains) {
   std::vector<fs::path> roots;
@@ -58,79 +56,26 @@ std::vector<fs::path> toolchain_roots(const core::Toolchains& toolchains) {
   return roots;
 }
 
-// The --library list (NAME=PATH, comma-separated), loaded; false after saying why.
-bool load_libraries(const std::string& specs, core::Toolchains& toolchains) {
-  std::vector<core::HeaderLibrary> libs;
-  for (size_t b = 0; b < specs.size();) {
-    size_t e = specs.find(',', b);
-    if (e == std::string::npos) e = specs.size();
-    if (e > b) {
-      auto lib = core::load_library(std::string_view(specs).substr(b, e - b));
-      if (!lib) {
-        std::cerr << "kforge serve: " << lib.error().message << "\n";
-        return false;
-      }
-      if (std::any_of(libs.begin(), libs.end(), [&](const auto& l) { return l.name == lib->name; })) {
-        std::cerr << "kforge serve: --library " << lib->name << " is given twice\n";
-        return false;
-      }
-      std::cerr << "kforge: library " << lib->name << " at " << lib->root.string() << " (" << lib->files
-                << " files, identity " << lib->identity.substr(0, 16) << ")\n";
-      libs.push_back(std::move(*lib));
-    }
-    b = e + 1;
-  }
-  toolchains.set_libraries(std::move(libs));
-  return true;
-}
-
-void print_banner(const std::string& url) {
-  std::cout << "listening on " << url << "\n"
-            << "status page: " << url << "/\n"
-            << "try:\n"
-            << "  curl -s " << url << "/toolchains\n"
-            << "  curl -s " << url
-            << "/kernels -H 'Content-Type: application/json' -d '{\"backend\": "
-               "\"cpu\", \"arch\": \"native\", \"source\": \"#include <cstddef>\\n#include <cstdint>\\n"
-               "#define PT_EXPORT __attribute__((visibility(\\\"default\\\")))\\nextern \\\"C\\\" "
-               "PT_EXPORT "
-               "int KERNEL_NAME(const float* x, float* y, int64_t n, size_t* workspace_size, uint8_t* "
-               "workspace, void* stream) { if (workspace_size) { *workspace_size = 0; return 0; } for "
-               "(int64_t i = 0; i < n; ++i) y[i] = 2 * x[i]; return 0; }\"}'\n"
-            << std::flush;
-}
-
-// Wires the layers from `c` and serves until a signal.
+// Wires the layers from `c` and serves until a signal. Everything it says is a log record
+// (core/log.hpp); stdout has one line, `listening on URL`.
 int serve(ServeConfig c) {
+  namespace log = core::log;
+  log::configure(c.log_format, c.log_level);
+  auto fatal = [](const std::string& why, int code) {
+    log::error("fatal", why);
+    return code;
+  };
   api::ServerConfig& cfg = c.server;
   if (cfg.max_connections == 0) cfg.max_connections = default_max_connections();
-  // The pair is checked before anything else starts: a certificate that has expired, is not
-  // valid yet or is not the key's is refused here, not at every client's handshake.
-  if (!cfg.tls_cert.empty()) {
-    auto tls = api::check_tls_files(cfg.tls_cert, cfg.tls_key);
-    if (!tls) {
-      std::cerr << "kforge serve: " << tls.error().message << "\n";
-      return kExitUsage;
-    }
-    std::cerr << "kforge: TLS with " << cfg.tls_cert << ": " << *tls << "\n";
-  }
-  api::Auth auth;
-  if (!c.token_file.empty()) {
-    auto loaded = api::Auth::load(c.token_file);
-    if (!loaded) {
-      const auto& e = loaded.error();
-      std::cerr << "kforge serve: " << (e.fields.empty() ? e.message : e.fields[0].field + ": " + e.fields[0].message)
-                << "\n";
-      return kExitUsage;
-    }
-    auth = std::move(*loaded);
-    std::cerr << "kforge: auth on: " << auth.tokens() << " token(s) from " << c.token_file << "\n";
+  if (!c.tls.empty()) log::info("tls", "TLS with " + cfg.tls_cert + ": " + c.tls).str("cert", cfg.tls_cert);
+  if (c.auth.enabled()) {
+    log::info("auth", "auth on: " + std::to_string(c.auth.tokens()) + " token(s) from " + c.token_file)
+        .num("tokens", uint64_t{c.auth.tokens()})
+        .str("token_file", c.token_file);
   } else {
-    if (!is_loopback(cfg.host)) {
-      std::cerr << "kforge: no --token-file, so binding 127.0.0.1 instead of " << cfg.host << "\n";
-      cfg.host = "127.0.0.1";
-    }
-    std::cerr << "kforge: auth off (no --token-file): open to anyone who can reach " << cfg.host << "\n";
+    log::warn("auth", "auth off (no --token-file): open to anyone who can reach " + cfg.host +
+                          (c.open_to_all ? " (--insecure-public)" : ""))
+        .str("host", cfg.host);
   }
 
   // Signals are taken by one thread; every other thread (httplib's pool) inherits the mask.
@@ -145,30 +90,35 @@ int serve(ServeConfig c) {
   try {
     store = std::make_unique<core::DiskStore>(fs::absolute(c.cache_dir).lexically_normal());
   } catch (const std::exception& e) {
-    std::cerr << "kforge: cannot use cache directory " << c.cache_dir << ": " << e.what() << "\n";
-    return kExitFailed;
+    return fatal("cannot use cache directory " + c.cache_dir.string() + ": " + e.what(), kExitFailed);
   }
   const size_t cleared = store->clear_staging();
-  std::cerr << "kforge: cache at " << store->root().string() << " (cleared " << cleared << " staging item(s))\n";
+  log::info("cache", "cache at " + store->root().string() + " (cleared " + std::to_string(cleared) + " staging item(s))")
+      .str("root", store->root().string())
+      .num("cleared", uint64_t{cleared});
   core::Toolchains toolchains = core::Toolchains::discover();
-  if (!load_libraries(c.libraries, toolchains)) return kExitUsage;
+  for (const auto& lib : c.libraries) {
+    log::info("library", "library " + lib.name + " at " + lib.root.string() + " (" + std::to_string(lib.files) +
+                             " files, identity " + lib.identity.substr(0, 16) + ")")
+        .str("name", lib.name)
+        .str("root", lib.root.string())
+        .str("identity", lib.identity);
+  }
+  toolchains.set_libraries(std::move(c.libraries));
   for (core::Backend b : core::kAllBackends) {
     const auto& tc = toolchains.get(b);
-    std::cerr << "kforge: " << core::backend_name(b) << ": "
-              << (tc.available ? tc.compiler.string() + " (" + tc.version_line() + ")" : "unavailable: " + tc.reason)
-              << "\n";
+    const std::string name(core::backend_name(b));
+    log::info("toolchain", name + ": " + (tc.available ? tc.compiler.string() + " (" + tc.version_line() + ")"
+                                                        : "unavailable: " + tc.reason))
+        .str("backend", name)
+        .json("compiler", tc.available ? nlohmann::json(tc.compiler.string()) : nlohmann::json(nullptr));
   }
   auto sandbox = core::Sandbox::make(c.sandbox_mode, toolchain_roots(toolchains), c.sandbox_limits);
-  if (!sandbox) {
-    std::cerr << "kforge serve: " << sandbox.error().message << "\n";
-    return kExitUsage;
-  }
-  std::cerr << "kforge: sandbox " << sandbox->mode_name() << " (" << sandbox->reason() << ")\n";
+  if (!sandbox) return fatal(sandbox.error().message, kExitUsage);
+  log::info("sandbox", "sandbox " + std::string(sandbox->mode_name()) + " (" + sandbox->reason() + ")")
+      .str("mode", sandbox->mode_name());
   // Every compile would fail (with a compiler's "cannot open" error): say why, at start.
-  if (const std::string why = sandbox->cannot_reach(store->root()); !why.empty()) {
-    std::cerr << "kforge serve: " << why << "\n";
-    return kExitUsage;
-  }
+  if (const std::string why = sandbox->cannot_reach(store->root()); !why.empty()) return fatal(why, kExitUsage);
   std::unique_ptr<core::RedisTier> remote;
   if (c.redis) {
     core::RedisTier::Options ro;
@@ -176,8 +126,12 @@ int serve(ServeConfig c) {
     ro.instance = cfg.instance;
     ro.max_blob = c.redis_max_blob;
     remote = std::make_unique<core::RedisTier>(ro);
-    std::cerr << "kforge: shared tier " << c.redis->redacted() << " as instance " << cfg.instance
-              << (remote->probe() ? " (up)" : " (down: serving from the local tier until it answers)") << "\n";
+    const bool up = remote->probe();
+    log::info("redis", "shared tier " + c.redis->redacted() + " as instance " + cfg.instance +
+                           (up ? " (up)" : " (down: serving from the local tier until it answers)"))
+        .str("redis", c.redis->redacted())
+        .str("instance", cfg.instance)
+        .str("state", up ? "up" : "down");
   }
   core::Builder builder(toolchains, *store, c.build, sandbox->spawner());
   builder.set_remote(remote.get());
@@ -187,23 +141,22 @@ int serve(ServeConfig c) {
   std::vector<std::string> runner_env;
   core::Bencher bencher(runner_dir, *store, c.bench_timeout, runner_env, sandbox->spawner());
   for (core::Backend b : core::kAllBackends) {
-    const auto d = bencher.devices()[std::string(core::backend_name(b))];
-    std::cerr << "kforge: " << core::backend_name(b) << " device: "
-              << (d.value("available", false) ? d.value("name", "?") : "unavailable: " + d.value("reason", ""))
-              << "\n";
+    const std::string name(core::backend_name(b));
+    const auto d = bencher.devices()[name];
+    const bool available = d.value("available", false);
+    log::info("device", name + " device: " + (available ? d.value("name", "?") : "unavailable: " + d.value("reason", "")))
+        .str("backend", name)
+        .json("device", available ? nlohmann::json(d.value("name", "?")) : nlohmann::json(nullptr));
   }
-  api::Server server(cfg, {builder, *store, toolchains, bencher, *sandbox, auth});
+  api::Server server(cfg, {builder, *store, toolchains, bencher, *sandbox, c.auth});
   if (!server.valid()) {  // OpenSSL refused what check_tls_files accepted
     const std::string why = api::openssl_errors();
-    std::cerr << "kforge serve: the TLS server could not be set up from --tls-cert " << cfg.tls_cert
-              << " and --tls-key " << cfg.tls_key << (why.empty() ? "" : ": " + why) << "\n";
-    return kExitUsage;
+    return fatal("the TLS server could not be set up from --tls-cert " + cfg.tls_cert + " and --tls-key " +
+                     cfg.tls_key + (why.empty() ? "" : ": " + why),
+                 kExitUsage);
   }
   auto port = server.bind();
-  if (!port) {
-    std::cerr << "kforge: " << port.error().message << "\n";
-    return kExitFailed;
-  }
+  if (!port) return fatal(port.error().message, kExitFailed);
   const std::string url = std::string(server.tls() ? "https" : "http") + "://" + cfg.host + ":" + std::to_string(*port);
   server.set_advertise_url(c.advertise_url.empty() ? url : c.advertise_url);
   // The cluster registry: a heartbeat every 2 s that expires after 10 s without one.
@@ -217,18 +170,23 @@ int serve(ServeConfig c) {
       while (!cv.wait_for(lock, stop, std::chrono::seconds(2), [] { return false; }) && !stop.stop_requested());
     });
   }
-  print_banner(url);
+  std::cout << "listening on " << url << "\n" << std::flush;
+  log::info("listening", "listening on " + url + "; the status page is " + url + "/, try: curl -s " + url +
+                             "/toolchains")
+      .str("url", url);
+  log::start_async();  // from here, no request's thread writes to stderr itself
 
   std::thread waiter([&] {
     int sig = 0;
     sigwait(&sigs, &sig);
-    std::cerr << "kforge: signal " << sig << ", stopping\n";
+    log::info("signal", "signal " + std::to_string(sig) + ", stopping").num("signal", sig);
     server.stop();
   });
   server.run();
   // run() also returns if listening failed; make sure the waiter ends either way.
   pthread_kill(waiter.native_handle(), SIGTERM);
   waiter.join();
+  log::stop_async();
   return kExitOk;
 }
 
@@ -246,7 +204,7 @@ Run declare_serve(CLI::App& command) {
       std::cerr << "kforge serve: " << read.error() << "\n";
       return kExitUsage;
     }
-    auto config = make_serve_config(*settings);
+    auto config = make_serve_config(*settings, ::isatty(STDERR_FILENO));
     if (!config) {
       std::cerr << "kforge serve: " << config.error() << "\n";
       return kExitUsage;

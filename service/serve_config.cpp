@@ -1,5 +1,6 @@
 #include "service/serve_config.hpp"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/tls.hpp"
 #include "core/fsutil.hpp"
 #include "service/config_file.hpp"
 
@@ -16,9 +18,12 @@ namespace {
 
 constexpr SettingSpec kSettings[] = {
     {"config", "", "a file of `name = value` lines for any setting below"},
-    {"host", "127.0.0.1", "address to bind; without --token-file only loopback is allowed"},
+    {"host", "127.0.0.1", "address to bind; one that is not loopback needs --token-file (or --insecure-public)"},
+    {"insecure-public", "", "allow a --host that is not loopback without --token-file: anyone who reaches it may "
+                            "compile and run code here",
+     true},
     {"port", "8080", "port; 0 picks a free one"},
-    {"cache-dir", "", "cache root [$XDG_CACHE_HOME/kforge, or ./.kforge-cache]"},
+    {"cache-dir", "", "cache root [$XDG_CACHE_HOME/kforge, or ~/.cache/kforge]"},
     {"cache-max-bytes", "0", "bound on the cache; least recently used entries go first (0: none)"},
     {"compile-jobs", "", "compiles that run at once [one per core]"},
     {"max-queue", "64", "builds that may wait for a worker; more are answered 503"},
@@ -62,6 +67,8 @@ constexpr SettingSpec kSettings[] = {
     {"web-dir", "", "serve the status page's own files from this directory (development)"},
     {"accel-redirect", "", "URI prefix of an nginx `internal` location that serves the cache root: downloads "
                            "answer with X-Accel-Redirect for nginx to send the file (docs/OPERATIONS.md)"},
+    {"log-format", "auto", "json | text | auto: the log's format on stderr (auto: text on a terminal, else json)"},
+    {"log-level", "info", "debug | info | warn | error: the least severe records logged"},
 };
 
 std::string env_name(std::string_view setting) {
@@ -84,10 +91,9 @@ const std::span<const SettingSpec> kServeSettings = kSettings;
 void ServeSettings::declare(CLI::App& command) {
   for (const auto& s : kSettings) {
     const std::string name = s.name;
-    CLI::Option* o = command.add_option("--" + name, given_[name], s.help)
-                         ->envname(env_name(name))
-                         ->type_name(name == "config" ? "FILE" : "V")
-                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    CLI::Option* o = s.is_flag ? command.add_flag("--" + name, given_[name], s.help)
+                               : command.add_option("--" + name, given_[name], s.help)->type_name(name == "config" ? "FILE" : "V");
+    o->envname(env_name(name))->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     if (*s.fallback) o->default_str(s.fallback);
     // --library may be given more than once: the values are one list, joined with commas.
     if (name == "library") o->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::Join);
@@ -125,12 +131,35 @@ std::expected<uint64_t, std::string> parse_count(const std::string& name, const 
   return std::unexpected("--" + name + " must be a non-negative integer, got `" + value + "`");
 }
 
-std::string default_cache_dir() {
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/kforge";
-  return "./.kforge-cache";
+std::expected<std::string, std::string> default_cache_dir() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/') return std::string(x) + "/kforge";
+  std::string home;
+  if (const char* h = std::getenv("HOME"); h && *h == '/') {
+    home = h;
+  } else if (const passwd* pw = ::getpwuid(::getuid()); pw && pw->pw_dir && *pw->pw_dir == '/') {
+    home = pw->pw_dir;
+  } else {
+    return std::unexpected("no --cache-dir, and no home directory for ~/.cache/kforge (HOME and XDG_CACHE_HOME are unset)");
+  }
+  while (home.size() > 1 && home.ends_with('/')) home.pop_back();
+  return (home == "/" ? "" : home) + "/.cache/kforge";
 }
 
-std::expected<ServeConfig, std::string> make_serve_config(const ServeSettings& s) {
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+namespace {
+
+std::optional<bool> parse_bool(const std::string& v) {
+  if (v.empty() || v == "0" || v == "false" || v == "no" || v == "off") return false;
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::expected<ServeConfig, std::string> make_serve_config(const ServeSettings& s, bool stderr_is_terminal) {
   std::string error;
   auto num = [&](const char* name) -> uint64_t {
     auto n = parse_count(name, s.get(name));
@@ -209,13 +238,69 @@ std::expected<ServeConfig, std::string> make_serve_config(const ServeSettings& s
     if (!url) return std::unexpected(url.error().message);
     c.redis = *url;
   }
-  const std::string cache_dir = s.get("cache-dir");
-  c.cache_dir = cache_dir.empty() ? default_cache_dir() : cache_dir;
-  c.token_file = s.get("token-file");
-  c.libraries = s.get("library");
+  if (const std::string f = s.get("log-format"); f != "auto") {
+    auto format = core::log::parse_format(f);
+    if (!format) return std::unexpected("--log-format is json, text or auto, not `" + f + "`");
+    c.log_format = *format;
+  } else {
+    c.log_format = stderr_is_terminal ? core::log::Format::kText : core::log::Format::kJson;
+  }
+  auto level = core::log::parse_level(s.get("log-level"));
+  if (!level) return std::unexpected("--log-level is debug, info, warn or error, not `" + s.get("log-level") + "`");
+  c.log_level = *level;
+
+  if (const std::string dir = s.get("cache-dir"); !dir.empty()) {
+    c.cache_dir = dir;
+  } else {
+    auto fallback = default_cache_dir();
+    if (!fallback) return std::unexpected(fallback.error());
+    c.cache_dir = *fallback;
+  }
   c.sandbox_mode = s.get("sandbox");
   c.runner_dir = s.get("runner-dir");
   c.advertise_url = s.get("advertise-url");
+
+  // The files the settings name, read now: a wrong one stops kforge before it starts anything.
+  const auto insecure_public = parse_bool(s.get("insecure-public"));
+  if (!insecure_public)
+    return std::unexpected("--insecure-public is true or false (1 or 0), not `" + s.get("insecure-public") + "`");
+  c.token_file = s.get("token-file");
+  if (!c.token_file.empty()) {
+    auto loaded = api::Auth::load(c.token_file);
+    if (!loaded) {
+      const auto& e = loaded.error();
+      return std::unexpected(e.fields.empty() ? e.message : e.fields[0].field + ": " + e.fields[0].message);
+    }
+    c.auth = std::move(*loaded);
+  } else if (!is_loopback(cfg.host)) {
+    if (!*insecure_public) {
+      return std::unexpected("--host " + cfg.host +
+                             " is not a loopback address, and without --token-file anyone who reaches it could "
+                             "compile and run code on this host: give --token-file FILE (docs/SECURITY.md), or "
+                             "--insecure-public to serve it open");
+    }
+    c.open_to_all = true;
+  }
+  if (!cfg.tls_cert.empty()) {
+    // Checked before anything starts: a certificate that has expired, is not valid yet or is
+    // not the key's is refused here, not at every client's handshake.
+    auto tls = api::check_tls_files(cfg.tls_cert, cfg.tls_key);
+    if (!tls) return std::unexpected(tls.error().message);
+    c.tls = *tls;
+  }
+  const std::string specs = s.get("library");
+  for (size_t b = 0; b < specs.size();) {
+    size_t e = specs.find(',', b);
+    if (e == std::string::npos) e = specs.size();
+    if (e > b) {
+      auto lib = core::load_library(std::string_view(specs).substr(b, e - b));
+      if (!lib) return std::unexpected(lib.error().message);
+      if (std::any_of(c.libraries.begin(), c.libraries.end(), [&](const auto& l) { return l.name == lib->name; }))
+        return std::unexpected("--library " + lib->name + " is given twice");
+      c.libraries.push_back(std::move(*lib));
+    }
+    b = e + 1;
+  }
   return c;
 }
 

@@ -16,8 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "api/auth.hpp"
 #include "api/server.hpp"
 #include "core/build.hpp"
+#include "core/library.hpp"
+#include "core/log.hpp"
 #include "core/remote_tier.hpp"
 #include "core/sandbox.hpp"
 
@@ -32,6 +35,7 @@ struct SettingSpec {
   const char* name;
   const char* fallback;  // "" for none
   const char* help;
+  bool is_flag = false;  // --NAME alone means true (a variable or a line says true/false, 1/0, yes/no)
 };
 extern const std::span<const SettingSpec> kServeSettings;
 
@@ -52,13 +56,19 @@ class ServeSettings {
   std::map<std::string, std::string> from_file_;
 };
 
-// What `kforge serve` is wired from.
+// What `kforge serve` is wired from: every setting checked, the files it names read (the
+// token file, the TLS pair, the --library trees).
 struct ServeConfig {
   api::ServerConfig server;
   core::BuildConfig build;
+  core::log::Format log_format = core::log::Format::kJson;
+  core::log::Level log_level = core::log::Level::kInfo;
   std::filesystem::path cache_dir;
   std::string token_file;
-  std::string libraries;  // NAME=PATH[,NAME=PATH...]
+  api::Auth auth;                        // off without a token file
+  bool open_to_all = false;              // no token file and a non-loopback --host (--insecure-public)
+  std::string tls;                       // the certificate, described (with --tls-cert)
+  std::vector<core::HeaderLibrary> libraries;
   std::string sandbox_mode;
   core::SandboxLimits sandbox_limits;
   std::optional<core::RedisUrl> redis;
@@ -68,12 +78,18 @@ struct ServeConfig {
   std::string advertise_url;  // empty: the listening URL
 };
 
-std::expected<ServeConfig, std::string> make_serve_config(const ServeSettings& s);
+// `stderr_is_terminal` decides --log-format auto (text on a terminal, else json).
+std::expected<ServeConfig, std::string> make_serve_config(const ServeSettings& s, bool stderr_is_terminal = false);
 
 // A setting's non-negative integer; the error names it: "--NAME must be ...".
 std::expected<uint64_t, std::string> parse_count(const std::string& name, const std::string& value);
 
-// $XDG_CACHE_HOME/kforge, or ./.kforge-cache.
-std::string default_cache_dir();
+// $XDG_CACHE_HOME/kforge (when it is an absolute path), else ~/.cache/kforge ($HOME, else the
+// user's home in the password database): never the working directory. An error when there
+// is no home to put it in.
+std::expected<std::string, std::string> default_cache_dir();
+
+// A loopback address: 127.0.0.0/8, ::1, localhost.
+bool is_loopback(const std::string& host);
 
 }  // namespace kforge::cli

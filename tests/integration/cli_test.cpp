@@ -1,9 +1,13 @@
-// The `kforge` command line as a user meets it: every command's --help, an unknown flag
-// refused by every command (exit 2, naming it) before it does anything, and the exit
-// statuses and variables it shares with `python -m kforge`.
+// The `kforge` command line as a user and an operator meet it: every command's --help, an
+// unknown flag refused by every command (exit 2, naming it) before it does anything, the
+// exit statuses and variables it shares with `python -m kforge`, what `serve` refuses, the
+// default cache directory, and the log's formats.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -145,6 +149,97 @@ TEST(Cli, ExitStatusesVerbsAndTheServersVariable) {
   r = kforge(scratch.path(), {"compile", "req.json", "--server", "http://no-such-host.invalid:8080"});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("no such host `no-such-host.invalid`"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ServeRefusesAPublicAddressWithoutATokenFile) {
+  Scratch scratch;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Ran r = kforge(scratch.path(), {"serve", "--host", "0.0.0.0", "--port", "0", "--cache-dir", "cache"}, {},
+                       std::chrono::seconds(20));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(r.output.find("listening"), std::string::npos) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line: " << r.output;
+  EXPECT_TRUE(r.output.starts_with("kforge serve: --host 0.0.0.0 is not a loopback address")) << r.output;
+  EXPECT_NE(r.output.find("--token-file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--insecure-public"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(scratch / "cache"));
+
+  // Asked for, it serves there, and its log says it is open.
+  {
+    ServerProcess open(scratch / "cache", scratch / "open.log", {"--host", "0.0.0.0", "--insecure-public"});
+    EXPECT_TRUE(open.url().starts_with("http://0.0.0.0:")) << open.url();
+  }
+  const std::string log = core::read_file(scratch / "open.log").value_or("");
+  EXPECT_NE(log.find("open to anyone who can reach 0.0.0.0"), std::string::npos) << log;
+  // A loopback address needs neither.
+  ServerProcess loopback(scratch / "cache", scratch / "loopback.log", {"--host", "127.0.0.2"});
+  EXPECT_TRUE(loopback.url().starts_with("http://127.0.0.2:")) << loopback.url();
+}
+
+TEST(Cli, TheDefaultCacheIsUnderTheHomeNeverTheWorkingDirectory) {
+  Scratch scratch;
+  fs::create_directories(scratch / "work");
+  fs::create_directories(scratch / "home");
+  Ran r = kforge(scratch / "work", {"cache", "stats"}, {"HOME=" + (scratch / "home").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["cache_dir"], (scratch / "home/.cache/kforge").string()) << r.output;
+  r = kforge(scratch / "work", {"cache", "stats"},
+             {"HOME=" + (scratch / "home").string(), "XDG_CACHE_HOME=" + (scratch / "xdg").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["cache_dir"], (scratch / "xdg/kforge").string()) << r.output;
+  EXPECT_TRUE(fs::is_empty(scratch / "work")) << "a cache in the working directory";
+}
+
+bool iso_time(const std::string& s) {
+  static const std::regex re(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z)");
+  return std::regex_match(s, re);
+}
+
+// Every line the service writes to stderr is a record of the run's one format.
+TEST(Cli, ServeLogsOneFormatWithATimeAndALevelOnEveryLine) {
+  Scratch scratch;
+  {
+    ServerProcess s(scratch / "cache", scratch / "json.log");  // stderr is no terminal: json
+    ASSERT_EQ(post_json(s, "/kernels", hit_request().dump()).status, 200);
+  }
+  std::istringstream json_lines(core::read_file(scratch / "json.log").value_or(""));
+  std::set<std::string> events;
+  for (std::string line; std::getline(json_lines, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(j.is_object()) << "not a JSON record: " << line;
+    EXPECT_TRUE(iso_time(j.value("ts", ""))) << line;
+    EXPECT_TRUE(std::set<std::string>({"debug", "info", "warn", "error"}).contains(j.value("level", ""))) << line;
+    events.insert(j.value("event", ""));
+  }
+  for (const char* e : {"cache", "toolchain", "sandbox", "listening", "access", "job", "signal"})
+    EXPECT_TRUE(events.contains(e)) << e;
+
+  {
+    ServerProcess s(scratch / "cache", scratch / "text.log", {"--log-format", "text"});
+    ASSERT_EQ(post_json(s, "/kernels", hit_request().dump()).status, 200);
+  }
+  std::istringstream text_lines(core::read_file(scratch / "text.log").value_or(""));
+  int access = 0;
+  for (std::string line; std::getline(text_lines, line);) {
+    EXPECT_TRUE(iso_time(line.substr(0, 27))) << line;
+    const std::string level = line.substr(28, line.find(' ', 28) - 28);
+    EXPECT_TRUE(std::set<std::string>({"debug", "info", "warn", "error"}).contains(level)) << line;
+    access += line.find(" access request_id=") != std::string::npos && line.find(" path=/kernels ") != std::string::npos;
+  }
+  EXPECT_EQ(access, 1);
+
+  {
+    ServerProcess s(scratch / "cache", scratch / "warn.log", {"--log-level", "warn"});
+    ASSERT_EQ(post_json(s, "/kernels", hit_request().dump()).status, 200);
+  }
+  const std::string warn = core::read_file(scratch / "warn.log").value_or("");
+  EXPECT_EQ(warn.find("\"level\":\"info\""), std::string::npos) << warn;
+  EXPECT_NE(warn.find("auth off"), std::string::npos) << warn;  // a warning
+
+  const Ran bad = kforge(scratch.path(), {"serve", "--log-format", "yaml"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("--log-format is json, text or auto"), std::string::npos) << bad.output;
 }
 
 }  // namespace

@@ -55,10 +55,18 @@ TEST(ConfigFile, AnUnknownNameOrAMalformedLineNamesTheLine) {
 // `kforge serve ARGS...` parsed as main() parses it, the file read, the config made.
 class ServeSettingsTest : public ::testing::Test {
  protected:
-  void TearDown() override {
-    for (const char* v : {"KFORGE_MAX_QUEUE", "KFORGE_CONFIG", "KFORGE_LIBRARY", "KFORGE_HOST"}) ::unsetenv(v);
+  void SetUp() override {
+    for (const char* v : {"HOME", "XDG_CACHE_HOME"}) {
+      if (const char* value = std::getenv(v)) saved_.emplace_back(v, value);
+    }
   }
-  std::expected<ServeConfig, std::string> parse(std::vector<std::string> args) {
+  void TearDown() override {
+    for (const char* v : {"KFORGE_MAX_QUEUE", "KFORGE_CONFIG", "KFORGE_LIBRARY", "KFORGE_HOST", "KFORGE_INSECURE_PUBLIC",
+                          "HOME", "XDG_CACHE_HOME"})
+      ::unsetenv(v);
+    for (const auto& [name, value] : saved_) ::setenv(name.c_str(), value.c_str(), 1);
+  }
+  std::expected<ServeConfig, std::string> parse(std::vector<std::string> args, bool terminal = false) {
     CLI::App app("test", "kforge");
     CLI::App* serve = app.add_subcommand("serve");
     ServeSettings settings;
@@ -69,10 +77,11 @@ class ServeSettingsTest : public ::testing::Test {
     app.parse(static_cast<int>(argv.size()), argv.data());
     if (auto read = settings.read_config_file(); !read) return std::unexpected(read.error());
     libraries_ = settings.get("library");
-    return make_serve_config(settings);
+    return make_serve_config(settings, terminal);
   }
   testing::Scratch scratch_;
   std::string libraries_;
+  std::vector<std::pair<std::string, std::string>> saved_;
 };
 
 TEST_F(ServeSettingsTest, AFlagBeatsTheVariableWhichBeatsTheFileWhichBeatsTheDefault) {
@@ -105,11 +114,22 @@ TEST_F(ServeSettingsTest, AFlagBeatsTheVariableWhichBeatsTheFileWhichBeatsTheDef
 }
 
 TEST_F(ServeSettingsTest, LibrariesAreOneListFromRepeatedFlags) {
-  ASSERT_TRUE(parse({"--library", "a=/x", "--library=b=/y,c=/z"}));
-  EXPECT_EQ(libraries_, "a=/x,b=/y,c=/z");
-  ::setenv("KFORGE_LIBRARY", "d=/w", 1);
+  for (const char* name : {"a", "b", "c", "d"}) {
+    std::filesystem::create_directories(scratch_ / name);
+    ASSERT_TRUE(core::write_file(scratch_ / name / "x.h", "#pragma once\n"));
+  }
+  auto lib = [&](const char* name) { return std::string(name) + "=" + (scratch_ / name).string(); };
+  auto c = parse({"--library", lib("a"), "--library=" + lib("b") + "," + lib("c")});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(libraries_, lib("a") + "," + lib("b") + "," + lib("c"));
+  ASSERT_EQ(c->libraries.size(), 3u);
+  EXPECT_EQ(c->libraries[2].name, "c");
+  ::setenv("KFORGE_LIBRARY", lib("d").c_str(), 1);
   ASSERT_TRUE(parse({}));
-  EXPECT_EQ(libraries_, "d=/w");
+  EXPECT_EQ(libraries_, lib("d"));
+  c = parse({"--library", lib("a") + "," + lib("a")});
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error(), "--library a is given twice");
 }
 
 TEST_F(ServeSettingsTest, ABadValueOrFileLineIsAnErrorNamingIt) {
@@ -126,6 +146,56 @@ TEST_F(ServeSettingsTest, ABadValueOrFileLineIsAnErrorNamingIt) {
   EXPECT_NE(c.error().find("cannot read the config file"), std::string::npos) << c.error();
   EXPECT_THROW(parse({"--max-queue"}), CLI::ParseError);  // no value
   EXPECT_THROW(parse({"--max-queu", "3"}), CLI::ParseError);
+}
+
+TEST_F(ServeSettingsTest, TheDefaultCacheIsUnderTheHomeNeverTheWorkingDirectory) {
+  ::setenv("HOME", "/home/someone/", 1);
+  ::unsetenv("XDG_CACHE_HOME");
+  auto c = parse({});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_EQ(c->cache_dir, "/home/someone/.cache/kforge");
+  ::setenv("XDG_CACHE_HOME", "relative/cache", 1);  // not absolute: ignored, as the XDG spec says
+  EXPECT_EQ(parse({})->cache_dir, "/home/someone/.cache/kforge");
+  ::setenv("XDG_CACHE_HOME", "/var/cache/me", 1);
+  EXPECT_EQ(parse({})->cache_dir, "/var/cache/me/kforge");
+  EXPECT_EQ(parse({"--cache-dir", "here"})->cache_dir, "here");
+}
+
+TEST_F(ServeSettingsTest, APublicAddressNeedsATokenFileOrSayingSo) {
+  auto c = parse({"--host", "0.0.0.0"});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().find("--host 0.0.0.0 is not a loopback address"), std::string::npos) << c.error();
+  c = parse({"--host", "0.0.0.0", "--insecure-public"});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_TRUE(c->open_to_all);
+  EXPECT_EQ(c->server.host, "0.0.0.0");
+  ::setenv("KFORGE_INSECURE_PUBLIC", "false", 1);
+  EXPECT_FALSE(parse({"--host", "::"}));
+  ::setenv("KFORGE_INSECURE_PUBLIC", "1", 1);
+  EXPECT_TRUE(parse({"--host", "::"}));
+  ::setenv("KFORGE_INSECURE_PUBLIC", "maybe", 1);
+  EXPECT_FALSE(parse({"--host", "127.0.0.1"}));
+  ::unsetenv("KFORGE_INSECURE_PUBLIC");
+  for (const char* loopback : {"127.0.0.1", "127.0.0.2", "localhost", "::1"}) {
+    c = parse({"--host", loopback});
+    ASSERT_TRUE(c) << loopback << ": " << c.error();
+    EXPECT_FALSE(c->open_to_all);
+  }
+  const auto tokens = scratch_ / "tokens";
+  ASSERT_TRUE(core::write_file(tokens, "submit:a-token-of-twenty-bytes\n"));
+  c = parse({"--host", "0.0.0.0", "--token-file", tokens.string()});
+  ASSERT_TRUE(c) << c.error();
+  EXPECT_TRUE(c->auth.enabled());
+  EXPECT_FALSE(c->open_to_all);
+}
+
+TEST_F(ServeSettingsTest, TheLogIsTextOnATerminalAndJsonElsewhereUnlessAsked) {
+  EXPECT_EQ(parse({}, false)->log_format, core::log::Format::kJson);
+  EXPECT_EQ(parse({}, true)->log_format, core::log::Format::kText);
+  EXPECT_EQ(parse({"--log-format", "json"}, true)->log_format, core::log::Format::kJson);
+  EXPECT_EQ(parse({"--log-format", "text"}, false)->log_format, core::log::Format::kText);
+  EXPECT_EQ(parse({"--log-level", "warn"})->log_level, core::log::Level::kWarn);
+  EXPECT_FALSE(parse({"--log-level", "verbose"}));
 }
 
 }  // namespace
