@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,10 +25,6 @@ thread_local std::chrono::steady_clock::time_point t_request_start;
 // The OpenAPI path of the route that handles this thread's request (set by route()),
 // for the access log and the metrics: no pattern is matched twice.
 thread_local const char* t_route = "unmatched";
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 
@@ -103,20 +98,18 @@ Server::Server(ServerConfig config, Services services)
       jobs_({config_.compile_jobs, config_.max_queue, config_.job_history, config_.instance},
             [this](const core::Job& job) {
               nlohmann::json j = job.to_json(false);
-              log_line({{"event", "job"},
-                        {"job", j["id"]},
-                        {"state", j["state"]},
-                        {"kind", j["kind"]},
-                        {"key", j.value("key", nlohmann::json(nullptr))},
-                        {"cache", j["cache"]},
-                        {"request_id", j.value("request_id", "")},
-                        {"http_status", j["http_status"]}});
+              core::log::info("job")
+                  .json("job", j["id"])
+                  .json("state", j["state"])
+                  .json("kind", j["kind"])
+                  .json("key", j.value("key", nlohmann::json(nullptr)))
+                  .json("cache", j["cache"])
+                  .str("request_id", j.value("request_id", ""))
+                  .json("http_status", j["http_status"]);
               prefetch_wake();
             }),
-      autotuner_(
-          svc_.builder, svc_.bencher, svc_.store,
-          [this](const core::KernelRequest& r) { return build_queued(r, "autotune"); },
-          [this](const std::string& line) { log_.write(line); }) {
+      autotuner_(svc_.builder, svc_.bencher, svc_.store,
+                 [this](const core::KernelRequest& r) { return build_queued(r, "autotune"); }) {
   if (tls()) {
     http_ = std::make_unique<httplib::SSLServer>(config_.tls_cert.c_str(), config_.tls_key.c_str());
   } else {
@@ -189,7 +182,7 @@ Server::Server(ServerConfig config, Services services)
     send_problem(res, problem_json(res.status, detail, res.status == 413 ? "/" : ""));
   });
   http_->set_exception_handler(
-      [this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown exception";
         try {
           std::rethrow_exception(ep);
@@ -197,10 +190,10 @@ Server::Server(ServerConfig config, Services services)
           what = e.what();
         } catch (...) {
         }
-        log_line({{"event", "error"}, {"error", "internal error: " + what}});
+        core::log::error("error", "internal error: " + what);
         send_problem(res, problem_json(500, "internal error: " + what));
       });
-  // The access log: one JSON line per request. Never the Authorization header.
+  // The access log: one record per request. Never the Authorization header.
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                                 t_request_start)
@@ -260,51 +253,18 @@ void Server::route_reader(const std::string& api_path, Role role, ReaderHandler 
   });
 }
 
-namespace {
-
-// Appends `s` as a JSON string. Bytes that are not UTF-8 become U+FFFD, as in every JSON
-// line; plain ASCII (what an access line almost always holds) is copied as it is.
-void append_json_string(std::string& out, std::string_view s) {
-  const bool plain = std::all_of(s.begin(), s.end(), [](char c) {
-    return c >= 0x20 && c < 0x7f && c != '"' && c != '\\';
-  });
-  if (!plain) {
-    out += nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    return;
-  }
-  out.push_back('"');
-  out.append(s);
-  out.push_back('"');
-}
-
-}  // namespace
-
 void Server::access_log(const std::string& request_id, std::string_view method, std::string_view path,
                         const std::string& route, int status, double ms, size_t bytes, std::string_view client) {
   metrics_.request(route, std::string(method), status);
-  // The same line log_line() would make, written directly: it is made for every request.
-  std::string line;
-  line.reserve(160 + path.size());
-  char num[64];
-  auto fixed = [&](double v, int digits) {  // to_chars: no locale, no printf per request
-    return std::string_view(num, std::to_chars(num, num + sizeof num, v, std::chars_format::fixed, digits).ptr);
-  };
-  line.append("{\"ts\":").append(fixed(unix_now(), 6));
-  line.append(",\"event\":\"access\",\"request_id\":");
-  append_json_string(line, request_id);
-  line.append(",\"method\":");
-  append_json_string(line, method);
-  line.append(",\"path\":");
-  append_json_string(line, path);
-  line.append(",\"route\":");
-  append_json_string(line, route);
-  line.append(",\"status\":").append(std::to_string(status));
-  line.append(",\"ms\":").append(fixed(ms, 3));
-  line.append(",\"bytes\":").append(std::to_string(bytes));
-  line.append(",\"client\":");
-  append_json_string(line, client);
-  line.push_back('}');
-  log_.write(line);
+  core::log::info("access")
+      .str("request_id", request_id)
+      .str("method", method)
+      .str("path", path)
+      .str("route", route)
+      .num("status", status)
+      .fixed("ms", ms, 3)
+      .num("bytes", uint64_t{bytes})
+      .str("client", client);
 }
 
 bool Server::serve(httplib::Stream& stream) {
@@ -352,9 +312,11 @@ std::string Server::allowed(std::string_view path) const {
 }
 
 void Server::log_line(nlohmann::json line) {
-  nlohmann::json out = {{"ts", unix_now()}};
-  out.update(line);
-  log_.write(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  // The event's fields as they are; one that carries an "error" is logged at level error.
+  const std::string event = line.value("event", "event");
+  line.erase("event");
+  core::log::Record r(line.contains("error") ? core::log::Level::kError : core::log::Level::kInfo, event);
+  for (const auto& [k, v] : line.items()) r.json(k, v);
 }
 
 namespace {

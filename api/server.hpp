@@ -25,12 +25,13 @@
 
 #include "api/auth.hpp"
 #include "api/front.hpp"
-#include "api/log_sink.hpp"
 #include "api/metrics.hpp"
 #include "core/autotune.hpp"
 #include "core/bench/bench.hpp"
 #include "core/build.hpp"
 #include "core/jobs.hpp"
+#include "core/log.hpp"
+#include "core/prefetch.hpp"
 #include "core/sharded_map.hpp"
 #include "core/request.hpp"
 #include "core/sandbox.hpp"
@@ -147,9 +148,10 @@ class Server : private FrontHandler {
   void kernel_routes();
   void job_routes();
   void status_routes();
-  // POST /prefetch (api/routes_prefetch.cpp): starts the prefetch thread, which runs each
+  // POST /prefetch (api/routes_prefetch.cpp): starts the core::Prefetcher, which runs each
   // prefetch job and wakes on every job change (prefetch_wake, from the queue's observer).
   void prefetch_routes();
+  void post_prefetch(const httplib::Request& req, httplib::Response& res);
   void prefetch_wake();
   void stop_prefetch();  // by ~Server, before the queue goes
 
@@ -170,7 +172,7 @@ class Server : private FrontHandler {
   // Keeps the cache under --cache-max-bytes.
   void maintain_cache();
   nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache
-  void log_line(nlohmann::json line);
+  void log_line(nlohmann::json line);  // {"event", fields...} as one record (core/log.hpp)
   // The access log's line for one request (both the front's and httplib's).
   void access_log(const std::string& request_id, std::string_view method, std::string_view path,
                   const std::string& route, int status, double ms, size_t bytes, std::string_view client);
@@ -191,7 +193,6 @@ class Server : private FrontHandler {
 
   ServerConfig config_;
   Services svc_;
-  LogSink log_;  // before everything that logs: destroyed (and flushed) after it
   Metrics metrics_;
   HitCounts hits_;
   struct HitView {
@@ -201,8 +202,7 @@ class Server : private FrontHandler {
   core::ShardedMap<std::shared_ptr<const HitView>> hit_views_{4096};
   // sha256 of a POST /kernels body that was valid -> its request key.
   core::ShardedMap<std::string> request_bodies_{16384};
-  struct Prefetcher;
-  std::shared_ptr<Prefetcher> prefetch_;  // before jobs_: woken by its observer until it goes
+  std::unique_ptr<core::Prefetcher> prefetch_;  // before jobs_: woken by its observer until it goes
   core::JobQueue jobs_;
   core::Autotuner autotuner_;
   std::unique_ptr<httplib::Server> http_;

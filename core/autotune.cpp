@@ -8,6 +8,7 @@
 
 #include "core/fsutil.hpp"
 #include "core/hash.hpp"
+#include "core/log.hpp"
 #include "core/templates/template.hpp"
 
 namespace kforge::core {
@@ -32,8 +33,8 @@ std::string shape_of(const TemplateSpec& t) {
 
 }  // namespace
 
-Autotuner::Autotuner(Builder& builder, Bencher& bencher, storage::DiskTier& store, Compile compile, Log log)
-    : builder_(builder), bencher_(bencher), store_(store), compile_(std::move(compile)), log_(std::move(log)) {
+Autotuner::Autotuner(Builder& builder, Bencher& bencher, storage::DiskTier& store, Compile compile)
+    : builder_(builder), bencher_(bencher), store_(store), compile_(std::move(compile)) {
   if (!compile_) compile_ = [this](const KernelRequest& r) { return builder_.build(r); };
 }
 
@@ -209,11 +210,20 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
   }
   if (!reference_error.is_null()) out["reference_error"] = reference_error;
 
-  // Inductor-style log: one line per choice, relative to the best.
-  std::ostringstream log;
-  log << "AUTOTUNE " << shape_of(*prepared->req.tmpl) << " on " << device.value("name", backend_name(base.backend));
-  if (vendor.contains("median_ms")) log << " (" << vendor.value("name", "vendor") << " " << std::fixed << std::setprecision(4) << vendor["median_ms"].get<double>() << " ms)";
-  log_(log.str());
+  // Inductor-style log: a record for the problem, then one per choice, relative to the best.
+  {
+    std::ostringstream head;
+    head << "AUTOTUNE " << shape_of(*prepared->req.tmpl) << " on " << device.value("name", backend_name(base.backend));
+    if (vendor.contains("median_ms"))
+      head << " (" << vendor.value("name", "vendor") << " " << std::fixed << std::setprecision(4)
+           << vendor["median_ms"].get<double>() << " ms)";
+    log::info("autotune", head.str())
+        .str("template", base.tmpl->name)
+        .str("device", device.value("name", ""))
+        .json("vendor_ms", vendor.contains("median_ms") ? vendor["median_ms"] : json(nullptr))
+        .num("choices", uint64_t{ranked.size()})
+        .str("autotune_key", akey);
+  }
   const double best = out["winner"].is_object() ? out["winner"]["median_ms"].get<double>() : 0;
   for (const auto& e : ranked) {
     std::ostringstream l;
@@ -225,7 +235,12 @@ Result<json> Autotuner::run(const KernelRequest& base_in, const json& choices_in
       l << e["status"].get<std::string>() << ": " << e["error"].value("reason", "");
     }
     l << " " << e["params"].dump();
-    log_(l.str());
+    log::info("autotune_choice", l.str())
+        .num("rank", e.value("rank", int64_t{0}))
+        .json("kernel_name", e.value("kernel_name", json(nullptr)))
+        .json("status", e["status"])
+        .json("median_ms", e.value("median_ms", json(nullptr)))
+        .json("params", e["params"]);
   }
   if (out["winner"].is_object()) {
     builder_.storage().remember_autotune(akey, out);

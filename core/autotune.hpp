@@ -7,6 +7,8 @@
 // its parameters, the choices, the device), so a repeated autotune answers at once:
 //   <root>/v1/autotune/<akey[0:2]>/<akey>.json
 // Errors: kBadRequest for a bad base request or bad choices (naming "/choices/<i>").
+// Each autotune run is logged (core/log.hpp) as an `autotune` record and one
+// `autotune_choice` record per choice, the Inductor-style table in their messages.
 #pragma once
 
 #include <functional>
@@ -21,11 +23,10 @@ namespace kforge::core {
 
 class Autotuner {
  public:
-  using Log = std::function<void(const std::string&)>;
   // Builds one choice (blocking); the service routes it through its job queue, so the
   // compiles are bounded and shared with identical requests. Empty: builder.build().
   using Compile = std::function<Result<BuildResult>(const KernelRequest&)>;
-  Autotuner(Builder& builder, Bencher& bencher, storage::DiskTier& store, Compile compile, Log log);
+  Autotuner(Builder& builder, Bencher& bencher, storage::DiskTier& store, Compile compile = {});
 
   // `choices` is "default" or an array of params objects; `body` is the request's JSON
   // (for the error pointers of each choice).
@@ -38,7 +39,6 @@ class Autotuner {
   Bencher& bencher_;
   storage::DiskTier& store_;
   Compile compile_;
-  Log log_;
 };
 
 }  // namespace kforge::core

@@ -14,7 +14,7 @@ PACKAGES=(
   hipcc libamdhip64-dev llvm-15 clang-tools-15
   libffi-dev libopenblas-dev bubblewrap
   libjs-chart.js libjs-highlight.js chromium nodejs clang-19 libclang-rt-19-dev
-  python3 python3-numpy python3-pytest curl libhiredis-dev libjemalloc-dev libarchive-dev redis-server nginx-light wrk
+  python3 python3-numpy python3-pytest curl libhiredis-dev libjemalloc-dev libarchive-dev libcli11-dev redis-server nginx-light wrk
   podman runc uidmap debootstrap python3-yaml
 )
 

@@ -1,31 +1,32 @@
-// The `kforge` executable's command line: arguments, settings, and the commands that live
-// outside main.cpp (the client commands in client.cpp). A command returns the process's
-// exit status: 0 success, 1 failure, 2 a usage error; it prints its own messages.
+// The commands of the `kforge` executable, one file each (service/<command>.cpp), listed
+// in main.cpp's table. A command declares its flags and positionals on its own CLI11
+// subcommand and returns what runs it once the command line has parsed; CLI11 refuses an
+// unknown flag, a missing value or a stray argument (exit 2) and makes each `--help`.
+// A command returns the process's exit status (kExit*) and prints its own messages.
 #pragma once
 
-#include <map>
-#include <optional>
-#include <string>
-#include <vector>
+#include <functional>
+
+namespace CLI {
+class App;
+}
 
 namespace kforge::cli {
 
-struct Args {
-  std::vector<std::string> positional;
-  std::map<std::string, std::string> flags;
-};
+// The exit statuses, the same for `python -m kforge` (docs/API.md, "The command line").
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;       // an answer to read: a compile error, a refused request, a corrupt cache
+constexpr int kExitUsage = 2;        // the command line, a setting or an input file is wrong
+constexpr int kExitUnreachable = 3;  // no answer from the server (refused, timed out, no such host, TLS)
 
-// --name value, --name=value, switches (--json, --insecure) and positionals; nullopt after
-// printing why when a flag lacks its value.
-std::optional<Args> parse_args(int argc, char** argv, int first);
-// The values read from `kforge serve --config FILE`.
-std::map<std::string, std::string>& config_values();
-// A setting: the flag, then KFORGE_<NAME>, then the config file, then `fallback`.
-std::string setting(const Args& a, const std::string& name, const std::string& fallback);
+using Run = std::function<int()>;
+using Declare = Run (*)(CLI::App& command);
 
-int submit(const Args& a);      // kforge submit FILE --server URL [--out DIR]
-int explain(const Args& a);     // kforge explain FILE --server URL [--json]
-int prefetch(const Args& a);    // kforge prefetch MANIFEST --server URL
-int toolchains(const Args& a);  // kforge toolchains [--server URL]
+Run declare_serve(CLI::App& command);       // service/serve.cpp
+Run declare_cache(CLI::App& command);       // service/cache.cpp
+Run declare_compile(CLI::App& command);     // service/compile.cpp
+Run declare_explain(CLI::App& command);     // service/explain.cpp
+Run declare_prefetch(CLI::App& command);    // service/prefetch.cpp
+Run declare_toolchains(CLI::App& command);  // service/toolchains.cpp
 
 }  // namespace kforge::cli

@@ -4,7 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <iostream>
+
+#include "core/log.hpp"
 
 namespace kforge::core::storage {
 namespace {
@@ -143,7 +144,9 @@ redisContext* Redis::connect() {
 
 void Redis::mark_down(const std::string& why) {
   std::lock_guard lock(mu_);
-  if (up_.exchange(false)) std::cerr << "kforge: redis " << o_.url.redacted() << " down: " << why << "\n";
+  if (up_.exchange(false)) {
+    log::warn("redis", "redis " + o_.url.redacted() + " down: " + why).str("redis", o_.url.redacted()).str("state", "down");
+  }
   last_error_ = why;
   retry_at_ = Clock::now() + backoff_;
   backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(5));
@@ -170,7 +173,7 @@ std::optional<Redis::Reply> Redis::command(const std::vector<std::string>& argv)
   Reply out = reply_of(r);
   freeReplyObject(r);
   std::lock_guard lock(mu_);
-  if (!up_.exchange(true)) std::cerr << "kforge: redis " << o_.url.redacted() << " up\n";
+  if (!up_.exchange(true)) log::info("redis", "redis " + o_.url.redacted() + " up").str("redis", o_.url.redacted()).str("state", "up");
   backoff_ = std::chrono::milliseconds(100);
   if (pool_.size() < 16) pool_.push_back(c);
   else redisFree(c);

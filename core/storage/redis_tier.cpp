@@ -1,9 +1,9 @@
 #include "core/storage/redis_tier.hpp"
 
-#include <iostream>
 #include <random>
 
 #include "core/hash.hpp"
+#include "core/log.hpp"
 
 namespace kforge::core::storage {
 
@@ -40,7 +40,9 @@ std::optional<Entry> RedisTier::get(const std::string& key, bool polling) {
       return std::nullopt;
     }
     if (sha256_hex(blob->str) != sha || blob->str.size() != f.value("bytes", uint64_t{0})) {
-      std::cerr << "kforge: redis blob " << sha << " of " << key << " is corrupt; deleted, not used\n";
+      log::error("redis_corrupt", "redis blob " + sha + " of " + key + " is corrupt; deleted, not used")
+          .str("blob", sha)
+          .str("key", key);
       corrupt_++;
       redis_.command({"DEL", Redis::key("blob", sha)});
       return std::nullopt;

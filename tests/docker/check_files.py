@@ -295,7 +295,7 @@ def nginx_accepts(locations_path):
 
 # --- docs --------------------------------------------------------------------------------
 def check_settings_documented():
-    names = re.findall(r'^\s*\{"([a-z-]+)", "[^"]*", "', read("service/main.cpp"), re.M)
+    names = re.findall(r'^\s*\{"([a-z-]+)", "[^"]*", "', read("service/serve_config.cpp"), re.M)
     docs = read("docs/OPERATIONS.md")
     section = docs[docs.find("## Containers"):]
     missing = [n for n in names if n != "config" and "KFORGE_" + n.upper().replace("-", "_") not in section]

@@ -1,4 +1,4 @@
-// libFuzzer target: `kforge cache import` (core/cache_archive.cpp) of an archive from
+// libFuzzer target: `kforge cache import` (core/storage/archive.cpp) of an archive from
 // another machine, on arbitrary bytes (a tar: the importer takes it compressed or not).
 // Whatever the archive holds — names that climb out (`../`), absolute names, links,
 // devices, huge or truncated members, duplicates, a lying index — the import either

@@ -3,7 +3,7 @@
 # UBSan) and runs each for a bounded time from its seed corpus, two at a time.
 #   tests/fuzz/run.sh build BUILD_DIR               configure and build every target
 #   tests/fuzz/run.sh run SECONDS BUILD_DIR TARGET  run one (request, http_head, headers,
-#                                                   archive, settings)
+#                                                   archive, settings, config)
 # A run exits non-zero on a crash, a sanitizer report, a leak or a timeout; the reproducer
 # is left in BUILD_DIR/fuzz/<target>/ (crash-*, leak-*, timeout-*): add it to
 # tests/fuzz/corpus/<target>/ as a regression input once fixed. Each run prints libFuzzer's

@@ -273,8 +273,14 @@ TEST_F(Prefetch, CommandLineReadsJsonLinesDrawsLinesAndSummarizes) {
   EXPECT_NE(out.find("3/3 requests in"), std::string::npos) << out;
   EXPECT_NE(out.find("1 hit, 1 built, 1 failed"), std::string::npos) << out;
   EXPECT_NE(out.find("failed #2 broken-kernel: "), std::string::npos) << out;
-  EXPECT_NE(out.find(" hit #0 "), std::string::npos) << out;    // a line per entry (no TTY)
-  EXPECT_NE(out.find(" built #1 "), std::string::npos) << out;
+  EXPECT_NE(out.find("1/3 hit #0 cpu_kernel_"), std::string::npos) << out;  // a line per entry (no TTY)
+  EXPECT_NE(out.find(" built #1 cpu_kernel_"), std::string::npos) << out;
+  EXPECT_EQ(out.find("null"), std::string::npos) << out;
+  // Again: the broken one is a cached compile error now, an entry without a kernel name.
+  std::tie(code, out) = prefetch_cli(scratch_, *s, scratch_ / "model.jsonl");
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_NE(out.find("/3 failed #2 broken-kernel\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("null"), std::string::npos) << out;
   EXPECT_NE(out.find("error"), std::string::npos) << out;  // the compiler's message
 
   // A manifest (as the Python client writes one) of what now is cached: all hits, exit 0.

@@ -1,4 +1,4 @@
-// core/cache_archive: export and import of cache entries (issue 16), on real stores in
+// core/storage/archive: export and import of cache entries (issue 16), on real stores in
 // scratch directories and real zstd tar archives; damaged archives are made by rewriting
 // a good one with libarchive (a member changed, dropped or added) or by cutting its bytes.
 #include "core/storage/archive.hpp"

@@ -1,8 +1,10 @@
-"""``python -m kforge``: the client from the shell.
+"""``python -m kforge``: the client from the shell, with the verbs, variables and exit
+statuses of the ``kforge`` executable's client commands (docs/API.md, "The command line").
 
-Exit status: 0 on success, 2 when the server refused the request (a 4xx; its
-problem document is printed on stderr) or the command line is wrong, 1 for
-anything else (no answer, a server error, a file that cannot be read).
+Exit status: 0 success; 1 an answer to read (a compile error or another refusal, whose
+problem document is printed on stderr; a prefetch with failures); 2 a usage error (the
+command line, or an input file that cannot be read or is not what the command takes);
+3 no answer from the server (refused, timed out, no such host, TLS), after the retries.
 """
 
 from __future__ import annotations
@@ -10,24 +12,37 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 from .cache import atomic_write
 from .client import Client
-from .errors import CompileError, KforgeError
+from .errors import CompileError, ConnectionFailed, KforgeError
 from .kernel import Kernel
 from .prefetch import load_manifest, write_manifest
 
 SOURCE_SUFFIX = {"cpu": ".cpp", "cuda": ".cu", "rocm": ".hip"}
 
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """The command line, or an input file it names, is wrong (exit 2)."""
+
 
 def _read_request(name: str) -> Dict[str, Any]:
-    text = sys.stdin.read() if name == "-" else Path(name).read_text()
-    req = json.loads(text)
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read {name}: {getattr(e, 'strerror', None) or e}") from e
+    try:
+        req = json.loads(text)
+    except ValueError as e:
+        raise UsageError(f"{name} does not hold a JSON object (a POST /kernels body): {e}") from e
     if not isinstance(req, dict):
-        raise ValueError(f"{name}: a request is a JSON object")
+        raise UsageError(f"{name} does not hold a JSON object (a POST /kernels body)")
     return req
 
 
@@ -75,6 +90,43 @@ def _cmd_compile(client: Client, a: argparse.Namespace) -> int:
     return 0
 
 
+def _text(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        return " ".join(v) or "(none)"
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _cmd_explain(client: Client, a: argparse.Namespace) -> int:
+    answer = client.explain(_read_request(a.request))
+    if a.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    print(f"kernel   {answer.get('kernel_name', '')}")
+    print(f"key      {answer.get('key', '')}")
+    print(f"cache    {answer.get('cache', '')}")
+    near = answer.get("nearest")
+    if isinstance(near, dict):
+        built = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(int(near.get("created_at") or 0)))
+        print(f"nearest  {near.get('key', '')} ({near.get('kernel_name', '')}, built {built})")
+    reasons = answer.get("miss_reason") or []
+    if reasons:
+        print("why")
+    for item in reasons:
+        what = item.get("input", "")
+        if "detail" in item and "was" not in item:
+            print(f"  {what}: {item['detail']}")
+        elif "diff" in item:
+            print(f"  {what}:")
+            for line in str(item["diff"]).splitlines():
+                print(f"    {line}")
+        else:
+            line = f"  {what}: was {_text(item.get('was'))}, now {_text(item.get('now'))}"
+            print(line + (f" ({item['detail']})" if "detail" in item else ""))
+    return 0
+
+
 def _cmd_autotune(client: Client, a: argparse.Namespace) -> int:
     _print_json(client.autotune_request(_read_request(a.request)))
     return 0
@@ -104,12 +156,15 @@ def _cmd_job(client: Client, a: argparse.Namespace) -> int:
         return 0
     job = client.follow(a.id, a.progress)
     _print_json(job)
-    status = job.get("http_status") or 500
-    return 0 if status == 200 else 2 if 400 <= status < 500 else 1
+    return EXIT_OK if (job.get("http_status") or 500) == 200 else EXIT_FAILED
 
 
 def _cmd_prefetch(client: Client, a: argparse.Namespace) -> int:
-    result = client.prefetch(load_manifest(a.manifest), progress=a.progress)
+    try:
+        manifest = load_manifest(a.manifest)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{a.manifest}: {getattr(e, 'strerror', None) or e}") from e
+    result = client.prefetch(manifest, progress=a.progress)
     print(f"prefetch: {result['done']}/{result['total']} requests in {result['seconds']:.1f} s: "
           f"{result['hit']} hit, {result['built']} built, {result['failed']} failed")
     for e in result["entries"]:
@@ -118,11 +173,14 @@ def _cmd_prefetch(client: Client, a: argparse.Namespace) -> int:
             print(f"failed #{e['index']} {e.get('label', '')}".rstrip() + f": {error.get('detail', '')}")
             if error.get("log"):
                 print(error["log"], end="" if error["log"].endswith("\n") else "\n")
-    return 0 if result["failed"] == 0 else 1
+    return EXIT_OK if result["failed"] == 0 else EXIT_FAILED
 
 
 def _cmd_manifest(client: Optional[Client], a: argparse.Namespace) -> int:
-    doc = write_manifest(a.record, a.out)
+    try:
+        doc = write_manifest(a.record, a.out)
+    except ValueError as e:
+        raise UsageError(f"{a.record}: {e}") from e
     print(f"{a.out}: {len(doc['requests'])} requests")
     return 0
 
@@ -137,63 +195,78 @@ def _cmd_templates(client: Client, a: argparse.Namespace) -> int:
     return 0
 
 
+def _global_options(p: argparse.ArgumentParser, *, here: bool) -> None:
+    """The options every command takes, before or after its name. Declared again on each
+    command with no defaults (``here=False``), so that one given after the command name is
+    taken and one given before it is not undone."""
+    def default(v: Any) -> Any:
+        return v if here else argparse.SUPPRESS
+    p.add_argument("--server", default=default(None), help="server URL [$KFORGE_URL]")
+    p.add_argument("--token", default=default(None), help="bearer token [$KFORGE_TOKEN]")
+    p.add_argument("--timeout", type=float, default=default(60.0), help="seconds per request [60]")
+    p.add_argument("--retries", type=int, default=default(5),
+                   help="retries on 503 and failed connections [5]")
+    p.add_argument("--cache-dir", default=default(None),
+                   help="local file cache [$KFORGE_CLIENT_CACHE, $XDG_CACHE_HOME/kforge-client]")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument("--progress", action="store_true", default=default(None),
+                      help="show job progress on stderr (default: when it is a terminal)")
+    prog.add_argument("--no-progress", dest="progress", action="store_false", default=default(None))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m kforge",
-                                description="Client of the kforge kernel compilation service.")
+                                description="Client of the kforge kernel compilation service.",
+                                epilog="Exit status: 0 success, 1 an answer to read (a compile error, "
+                                       "a refused request), 2 a usage error, 3 no answer from the server.")
     p.add_argument("--version", action="version", version=f"kforge {__version__}")
-    p.add_argument("--server", help="server URL [$KFORGE_URL]")
-    p.add_argument("--token", help="bearer token [$KFORGE_TOKEN]")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per request [60]")
-    p.add_argument("--retries", type=int, default=5,
-                   help="retries on 503 and failed connections [5]")
-    p.add_argument("--cache-dir", help="local file cache [$KFORGE_CLIENT_CACHE, "
-                                       "$XDG_CACHE_HOME/kforge-client]")
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument("--progress", action="store_true", default=None,
-                      help="show job progress on stderr (default: when it is a terminal)")
-    prog.add_argument("--no-progress", dest="progress", action="store_false")
+    _global_options(p, here=True)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    c = sub.add_parser("compile", help="POST a request file to /kernels; save the kernel")
+    def command(name: str, help: str, run: Any, **kw: Any) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help, description=help, **kw)
+        _global_options(c, here=False)
+        c.set_defaults(run=run)
+        return c
+
+    c = command("compile", "POST a request file to /kernels; save the kernel", _cmd_compile,
+                aliases=["submit"])
     c.add_argument("request", metavar="REQ.json", help="the request (- for stdin)")
     c.add_argument("--out", metavar="DIR", help="write .so, .o, source, wrapper, .h, .json here")
     c.add_argument("--no-wait", action="store_true",
                    help="ask for a 202 at once and follow the job's events")
-    c.set_defaults(run=_cmd_compile)
 
-    t = sub.add_parser("autotune", help="POST a request file to /autotune; print the ranking")
+    e = command("explain", "would this request hit the cache, and if not, why not "
+                           "(POST /explain; compiles nothing)", _cmd_explain)
+    e.add_argument("request", metavar="REQ.json", help="the request (- for stdin)")
+    e.add_argument("--json", action="store_true", help="print the server's answer as it is")
+
+    t = command("autotune", "POST a request file to /autotune; print the ranking", _cmd_autotune)
     t.add_argument("request", metavar="REQ.json", help="the request (- for stdin)")
-    t.set_defaults(run=_cmd_autotune)
 
-    g = sub.add_parser("get", help="a cached kernel by key")
+    g = command("get", "a cached kernel by key", _cmd_get)
     g.add_argument("key")
     g.add_argument("--out", metavar="DIR", help="write .so, .o, source, wrapper, .h, .json here")
-    g.set_defaults(run=_cmd_get)
 
-    js = sub.add_parser("jobs", help="recent jobs and the queue")
+    js = command("jobs", "recent jobs and the queue", _cmd_jobs)
     js.add_argument("--limit", type=int, help="how many jobs [server default: 100]")
-    js.set_defaults(run=_cmd_jobs)
 
-    j = sub.add_parser("job", help="one job")
+    j = command("job", "one job", _cmd_job)
     j.add_argument("id")
     j.add_argument("--follow", action="store_true", help="wait until it ends")
-    j.set_defaults(run=_cmd_job)
 
-    pf = sub.add_parser("prefetch", help="have the server build what a manifest (or a "
-                                         "KFORGE_RECORD file) lists and it lacks")
+    pf = command("prefetch", "have the server build what a manifest (or a KFORGE_RECORD file) "
+                             "lists and it lacks", _cmd_prefetch)
     pf.add_argument("manifest", metavar="FILE",
                     help="a manifest, a JSON list of requests or JSON lines of requests")
-    pf.set_defaults(run=_cmd_prefetch)
 
-    m = sub.add_parser("manifest", help="turn a KFORGE_RECORD file into a prefetch manifest")
+    m = command("manifest", "turn a KFORGE_RECORD file into a prefetch manifest", _cmd_manifest)
     m.add_argument("record", metavar="RECORD.jsonl")
     m.add_argument("-o", "--out", required=True, metavar="MANIFEST.json")
-    m.set_defaults(run=_cmd_manifest, offline=True)
+    m.set_defaults(offline=True)
 
-    sub.add_parser("toolchains", help="compilers and archs per backend").set_defaults(
-        run=_cmd_toolchains)
-    sub.add_parser("templates", help="templates and their parameters").set_defaults(
-        run=_cmd_templates)
+    command("toolchains", "compilers and archs per backend", _cmd_toolchains)
+    command("templates", "templates and their parameters", _cmd_templates)
     return p
 
 
@@ -208,16 +281,25 @@ def _report(e: KforgeError) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    a = parser().parse_args(argv)
+    a = parser().parse_args(argv)  # a usage error exits 2 here
     try:
         if getattr(a, "offline", False):  # needs no server
             return int(a.run(None, a))
-        client = Client(a.server, token=a.token, timeout=a.timeout, retries=a.retries,
-                        cache_dir=a.cache_dir)
+        try:
+            client = Client(a.server, token=a.token, timeout=a.timeout, retries=a.retries,
+                            cache_dir=a.cache_dir)
+        except ValueError as e:  # no URL, or not an http(s) one
+            raise UsageError(str(e)) from e
         return int(a.run(client, a))
+    except UsageError as e:
+        print(f"kforge: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectionFailed as e:
+        print(f"kforge: cannot reach the server: {e}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except KforgeError as e:
         _report(e)
-        return 2 if e.status is not None and 400 <= e.status < 500 else 1
+        return EXIT_FAILED
     except (OSError, ValueError) as e:
         print(f"kforge: {e}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED

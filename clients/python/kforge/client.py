@@ -205,6 +205,12 @@ class Client:
                              export_name=export_name)
         return self._http.request("POST", "/render", body=req).json()
 
+    def explain(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Would ``request`` (a ``POST /kernels`` body) hit, and if not, why (``POST /explain``):
+        ``key``, ``kernel_name``, ``cache`` (``hit`` or ``miss``), the ``nearest`` cached entry of
+        the same kernel and ``miss_reason``, each input that differs. Nothing is compiled."""
+        return self._http.request("POST", "/explain", body=dict(request)).json()
+
     # --- looking things up ------------------------------------------------------------
 
     def kernel(self, key: str) -> Kernel:

@@ -1,4 +1,5 @@
-"""``python -m kforge`` in a subprocess: compile --out, get, jobs, job, and exit codes."""
+"""``python -m kforge`` in a subprocess: compile --out, get, jobs, job, explain, where the
+global options go, and the exit statuses it shares with the ``kforge`` executable."""
 
 from __future__ import annotations
 
@@ -80,19 +81,69 @@ def test_get_and_jobs(env: Dict[str, str], tmp_path: Path) -> None:
 
 
 def test_exit_codes(env: Dict[str, str], tmp_path: Path) -> None:
+    """0 ok, 1 an answer to read, 2 a usage error, 3 no answer: as `kforge` has them."""
     bad = write_request(tmp_path / "bad.json", {"backend": "cpu", "arch": "no-such-cpu",
                                                 "source": DOUBLE_SOURCE})
     r = run_cli("compile", str(bad), env=env)
-    assert r.returncode == 2
+    assert r.returncode == 1, r.stderr  # a 400 is an answer to read
     assert '"field": "/arch"' in r.stderr  # the problem, printed
 
     broken = write_request(tmp_path / "broken.json", {
         "backend": "cpu", "source": DOUBLE_SOURCE.replace("2 * x[i]", "cli_undeclared")})
     r = run_cli("compile", str(broken), env=env)
-    assert r.returncode == 2 and "cli_undeclared" in r.stderr and "error:" in r.stderr
+    assert r.returncode == 1 and "cli_undeclared" in r.stderr and "error:" in r.stderr
 
     r = run_cli("--retries", "0", "--server", "http://127.0.0.1:9", "toolchains", env={})
-    assert r.returncode == 1 and "no answer" in r.stderr
+    assert r.returncode == 3 and "no answer" in r.stderr and "Connection refused" in r.stderr
+
+    for args in (["compile", str(tmp_path / "missing.json")],  # a file that cannot be read
+                 ["compile", str(write_request(tmp_path / "list.json", []))],  # not a request
+                 ["explain", str(tmp_path / "missing.json")],
+                 ["compile"],  # no file
+                 ["compile", str(broken), "--no-such-flag"],
+                 ["no-such-command"]):
+        r = run_cli(*args, env=env)
+        assert r.returncode == 2, (args, r.stderr)
+    (tmp_path / "text.json").write_text("not json")
+    r = run_cli("compile", str(tmp_path / "text.json"), env=env)
+    assert r.returncode == 2 and "text.json does not hold a JSON object" in r.stderr, r.stderr
+    r = run_cli("toolchains", env={"KFORGE_URL": ""})
+    assert r.returncode == 2 and "KFORGE_URL" in r.stderr, r.stderr
 
     r = run_cli("templates", env=env)
     assert r.returncode == 0 and any(t["name"] == "gemm" for t in json.loads(r.stdout))
+
+
+def test_global_options_go_before_or_after_the_command(server: Server, tmp_path: Path) -> None:
+    env = {"KFORGE_URL": "http://127.0.0.1:9", "KFORGE_CLIENT_CACHE": str(tmp_path / "cc")}
+    r = run_cli("toolchains", "--server", server.url, "--retries", "0", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "cpu" in json.loads(r.stdout)
+    # Given after the command, it wins over the same option given before it.
+    r = run_cli("--server", "http://127.0.0.1:9", "--retries", "0", "templates", "--server", server.url, env=env)
+    assert r.returncode == 0, r.stderr
+    # ... and one given only before it is kept.
+    r = run_cli("--server", server.url, "templates", "--no-progress", env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_submit_is_compile_and_explain_says_why(env: Dict[str, str], tmp_path: Path) -> None:
+    req = write_request(tmp_path / "req.json", {"backend": "cpu", "source": scaled_source(43)})
+    r = run_cli("explain", str(req), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "cache    miss" in r.stdout and "key      " in r.stdout
+
+    r = run_cli("submit", str(req), "--no-progress", env=env)
+    assert r.returncode == 0, r.stderr
+    key = next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("key "))
+
+    r = run_cli("explain", str(req), "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["cache"] == "hit" and answer["key"] == key
+
+    other = write_request(tmp_path / "other.json", {"backend": "cpu", "source": scaled_source(43),
+                                                    "options": {"opt_level": "O1"}})
+    r = run_cli("explain", str(other), env=env)
+    assert r.returncode == 0, r.stderr
+    assert "cache    miss" in r.stdout and "\nwhy\n" in r.stdout and "flags: was" in r.stdout, r.stdout

@@ -1,5 +1,5 @@
-// The service's JSON-lines log (access, job, evict and error events) without a write on
-// the request's thread: a line goes into the calling thread's own buffer, and one writer
+// Where the service's log records go (core/log.hpp) once it serves: no write on the
+// request's thread: a line goes into the calling thread's own buffer, and one writer
 // thread moves every buffer to the file descriptor every 50 ms. flush() and the
 // destructor write whatever is left, so a clean shutdown loses nothing; a buffer past
 // 4 MiB (a descriptor that does not keep up) is written by its own thread instead, so
@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace kforge::api {
+namespace kforge::core {
 
 class LogSink {
  public:
@@ -45,4 +45,4 @@ class LogSink {
   std::jthread writer_;
 };
 
-}  // namespace kforge::api
+}  // namespace kforge::core

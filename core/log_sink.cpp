@@ -1,4 +1,4 @@
-#include "api/log_sink.hpp"
+#include "core/log_sink.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <utility>
 
-namespace kforge::api {
+namespace kforge::core {
 namespace {
 
 constexpr size_t kSyncAbove = 4 << 20;
@@ -88,4 +88,4 @@ void LogSink::flush() {
   for (const auto& b : all) drain(*b);
 }
 
-}  // namespace kforge::api
+}  // namespace kforge::core
