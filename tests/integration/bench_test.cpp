@@ -310,6 +310,8 @@ class BenchRunAll : public ::testing::Test {
                        {"inputs", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {64}}}}},
                        {"output", {{"name", "y"}, {"dtype", "float32"}, {"sizes", {64}}}}};
     }
+    // An entry is a directory with a manifest: results are stored beside it only then.
+    std::ofstream(dir / "manifest.json") << m.dump();
     return m;
   }
   // The runner processes each tag ran in.
