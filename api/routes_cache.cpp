@@ -77,7 +77,7 @@ void Server::cache_routes() {
                  const size_t limit = config_.max_import_bytes ? config_.max_import_bytes : config_.max_body_bytes;
                  auto too_large = [&] {
                    res.set_header("Connection", "close");
-                   send_problem(res, problem_json(413, "the archive is over --max-import-bytes (" + std::to_string(limit) + ")", "/"));
+                   send_problem(res, Server::too_large(true));
                  };
                  if (req.has_header("Content-Length") && std::stoull(req.get_header_value("Content-Length")) > limit) {
                    reader([](const char*, size_t) { return true; });  // read and dropped: the client gets the answer
