@@ -77,8 +77,33 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
   }
   if (m.contains("abi")) {
     j["abi"] = m["abi"];
+    // An entry built before ABIs carried tensor layouts (issue 40): a template kernel whose
+    // every scalar is fixed was rendered for exactly its request's tensors, which the
+    // manifest's template holds; one that takes M at run time is left without.
+    const auto& t = m.contains("template") ? m["template"] : nlohmann::json();
+    auto& args = j["abi"]["args"];
+    const bool all_fixed = args.is_array() && std::all_of(args.begin(), args.end(), [](const nlohmann::json& a) {
+      return a.value("kind", "") != "scalar" || a.contains("value");
+    });
+    if (t.is_object() && all_fixed) {
+      const nlohmann::json inputs = t.value("inputs", nlohmann::json::array());
+      std::vector<nlohmann::json> tensors(inputs.begin(), inputs.end());
+      if (t.contains("output")) tensors.push_back(t["output"]);
+      for (auto& a : args) {
+        if (a.value("kind", "") != "tensor" || a.contains("sizes")) continue;
+        for (const auto& tm : tensors) {
+          if (!tm.is_object() || tm.value("name", "") != a.value("binds", "") || !tm.contains("sizes") ||
+              !tm.contains("strides"))
+            continue;
+          a["sizes"] = tm["sizes"];
+          a["strides"] = tm["strides"];
+          a["offset"] = tm.value("offset", 0);
+          break;
+        }
+      }
+    }
     j["workspace_bytes"] = m["abi"].value("workspace_bytes", nlohmann::json(nullptr));
-    auto abi = core::Abi::from_json(m["abi"]);
+    auto abi = core::Abi::from_json(j["abi"]);
     auto backend = core::parse_backend(m.value("backend", ""));
     if (abi && backend && m.value("status", "") == "ok") {
       j["wrapper"] = {{"python", core::python_wrapper(*abi, *backend)},
