@@ -196,5 +196,55 @@ TEST_F(Answers, JobEventsCarryIdsAndResumeWithLastEventId) {
   EXPECT_NE(bad.raw.find("/Last-Event-ID"), std::string::npos) << bad.raw;
 }
 
+// GET /kernels lists what the cache holds, hits included (they are not jobs), newest
+// first, filtered and paged: what the status page's Kernels view shows.
+TEST_F(Answers, KernelsAreListedFilteredAndPaged) {
+  auto s = start();
+  const std::string ok = source_request("  y[0] = 1;\n  return 0;");
+  Reply a = post_json(*s, "/kernels", ok);
+  ASSERT_EQ(a.status, 200) << a.raw;
+  ASSERT_EQ(post_json(*s, "/kernels", ok).body.value("cache", ""), "hit");
+  Reply bad = post_json(*s, "/kernels", source_request("  y[0] = 1\n  return 0;"));
+  ASSERT_EQ(bad.status, 422) << bad.raw;
+  auto tensor = [](const char* name) { return json{{"name", name}, {"dtype", "float32"}, {"sizes", {8, 8}}}; };
+  Reply gemm = post_json(*s, "/kernels", json{{"backend", "cpu"}, {"template", "gemm"}, {"inputs", {tensor("a"), tensor("b")}},
+                                              {"output", tensor("c")}}.dump());
+  ASSERT_EQ(gemm.status, 200) << gemm.raw;
+
+  auto keys = [&](const std::string& query) {
+    Reply r = get(*s, "/kernels" + query);
+    EXPECT_EQ(r.status, 200) << query << ": " << r.raw;
+    std::vector<std::string> out;
+    for (const auto& k : r.body["kernels"]) out.push_back(k["key"]);
+    return out;
+  };
+  const std::string ka = a.body["key"], kbad = bad.body["key"], kgemm = gemm.body["key"];
+  EXPECT_EQ(keys("").size(), 3u);
+  EXPECT_EQ(keys("?template=gemm"), std::vector<std::string>{kgemm});
+  EXPECT_EQ(keys("?status=failed"), std::vector<std::string>{kbad});
+  EXPECT_EQ(keys("?prefix=" + ka.substr(0, 8)), std::vector<std::string>{ka});
+  EXPECT_EQ(keys("?name=" + a.body["kernel_name"].get<std::string>().substr(4)), std::vector<std::string>{ka});
+  EXPECT_EQ(keys("?template=&status=ok"), std::vector<std::string>{ka});
+  EXPECT_TRUE(keys("?backend=cuda").empty());
+  Reply page = get(*s, "/kernels?limit=2");
+  ASSERT_EQ(page.body["kernels"].size(), 2u) << page.raw;
+  EXPECT_EQ(page.body["total"], 3);
+  const auto& first = page.body["kernels"][0];
+  EXPECT_EQ(first["url"], "/kernels/" + first["key"].get<std::string>());
+  for (const char* field : {"kernel_name", "backend", "archs", "template", "status", "created_at", "bytes"})
+    EXPECT_TRUE(first.contains(field)) << field;
+  ASSERT_TRUE(page.body["next"].is_string()) << page.raw;
+  Reply rest = get(*s, "/kernels?limit=2&cursor=" + page.body["next"].get<std::string>());
+  ASSERT_EQ(rest.body["kernels"].size(), 1u) << rest.raw;
+  EXPECT_TRUE(rest.body["next"].is_null());
+  for (const auto& [query, field] : std::vector<std::pair<std::string, std::string>>{
+           {"?limit=0", "/limit"}, {"?limit=-1", "/limit"}, {"?backend=tpu", "/backend"}, {"?prefix=XYZ", "/prefix"},
+           {"?status=maybe", "/status"}, {"?cursor=abc", "/cursor"}, {"?colour=red", "/colour"}}) {
+    Reply r = get(*s, "/kernels" + query);
+    EXPECT_EQ(r.status, 400) << query << ": " << r.raw;
+    EXPECT_NE(r.raw.find("\"" + field + "\""), std::string::npos) << query << ": " << r.raw;
+  }
+}
+
 }  // namespace
 }  // namespace kforge::testing
