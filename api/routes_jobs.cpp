@@ -38,7 +38,7 @@ void Server::job_routes() {
         size_t limit = 100;
         if (req.has_param("limit")) {
           const std::string v = req.get_param_value("limit");
-          if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
+          if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) == 0) {
             return send_problem(
                 res, problem_json(400, "limit is a number of jobs (1 to 999999)", "/limit"));
           }
