@@ -102,11 +102,14 @@ void Server::job_routes() {
                   return sink.write(ping.data(), ping.size());
                 }
                 first = false;
-                seen = now;
-                out = sse_event("state", now, job->to_json(false));
-                if (job->finished()) out += sse_event("end", now, job->to_json(true));
+                // Asked once: a job that finished between two questions would end the stream
+                // without its `end`. A finished job changes no more: its version is final.
+                const bool done = job->finished();
+                seen = done ? job->version() : now;
+                out = sse_event("state", seen, job->to_json(false));
+                if (done) out += sse_event("end", seen, job->to_json(true));
                 if (!sink.write(out.data(), out.size())) return false;
-                if (job->finished()) sink.done();
+                if (done) sink.done();
                 return true;
               });
         });
