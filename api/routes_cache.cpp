@@ -29,22 +29,21 @@ void Server::cache_routes() {
         [this](const httplib::Request& req, httplib::Response& res) {
           core::storage::ExportOptions opts;
           opts.kforge_version = KFORGE_VERSION;
-          for (const auto& [name, value] : req.params) {
-            if (name != "since" && name != "match") {
+          size_t nmatch = 0;
+          for (const auto& [name, value] : query_pairs(req)) {
+            if (name == "since") {
+              auto since = core::storage::parse_since(value, "/since");
+              if (!since) return send_error(res, since.error());
+              opts.since = *since;
+            } else if (name == "match") {
+              auto m = core::storage::parse_match(value, "/match/" + std::to_string(nmatch++));
+              if (!m) return send_error(res, m.error());
+              opts.matches.push_back(*m);
+            } else {
               return send_problem(res, problem_json(400, "unknown query parameter `" + core::sanitize_utf8(name.substr(0, 64)) +
                                                              "` (since, match)",
                                                     "/" + core::sanitize_utf8(name.substr(0, 64))));
             }
-          }
-          if (req.has_param("since")) {
-            auto since = core::storage::parse_since(req.get_param_value("since"), "/since");
-            if (!since) return send_error(res, since.error());
-            opts.since = *since;
-          }
-          for (size_t i = 0, n = req.get_param_value_count("match"); i < n; ++i) {
-            auto m = core::storage::parse_match(req.get_param_value("match", i), "/match/" + std::to_string(i));
-            if (!m) return send_error(res, m.error());
-            opts.matches.push_back(*m);
           }
           const auto t0 = std::chrono::steady_clock::now();
           auto snap = core::storage::ExportSnapshot::take(svc_.store, opts);
@@ -78,7 +77,7 @@ void Server::cache_routes() {
                  const size_t limit = config_.max_import_bytes ? config_.max_import_bytes : config_.max_body_bytes;
                  auto too_large = [&] {
                    res.set_header("Connection", "close");
-                   send_problem(res, problem_json(413, "the archive is over --max-import-bytes (" + std::to_string(limit) + ")", "/"));
+                   send_problem(res, Server::too_large(true));
                  };
                  if (req.has_header("Content-Length") && std::stoull(req.get_header_value("Content-Length")) > limit) {
                    reader([](const char*, size_t) { return true; });  // read and dropped: the client gets the answer

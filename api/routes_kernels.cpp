@@ -432,6 +432,59 @@ void Server::kernel_routes() {
   route("POST", "/autotune", "/autotune", Role::kSubmit,
         [this](const httplib::Request& req, httplib::Response& res) { post_autotune(req, res); });
 
+  // The cached kernels, a page at a time, newest first: what the status page's Kernels view
+  // lists and searches (this instance's local tier; a hit is found here, not in /jobs).
+  route("GET", "/kernels", "/kernels", Role::kRead, [this](const httplib::Request& req, httplib::Response& res) {
+    core::storage::DiskTier::ListQuery q;
+    for (const auto& [name, value] : query_pairs(req)) {
+      auto bad = [&, &name = name](const std::string& why) {
+        send_problem(res, problem_json(400, why, "/" + core::sanitize_utf8(name.substr(0, 64))));
+      };
+      if (name == "prefix") {
+        if (value.size() > 64 || value.find_first_not_of("0123456789abcdef") != std::string::npos)
+          return bad("prefix is the start of a key: up to 64 lowercase hex characters");
+        q.key_prefix = value;
+      } else if (name == "name") {
+        if (value.size() > 128) return bad("name is at most 128 characters (a part of the kernel name)");
+        q.name = value;
+      } else if (name == "template") {
+        if (value.size() > 64) return bad("template is a template name (GET /templates), or empty for source-mode kernels");
+        q.template_name = value;
+      } else if (name == "backend") {
+        if (value != "cpu" && value != "cuda" && value != "rocm") return bad("backend is cpu, cuda or rocm");
+        q.backend = value;
+      } else if (name == "status") {
+        if (value != "ok" && value != "failed") return bad("status is ok or failed (a cached compile error)");
+        q.status = value;
+      } else if (name == "limit") {
+        if (value.empty() || value.size() > 3 || value.find_first_not_of("0123456789") != std::string::npos ||
+            std::stoul(value) < 1 || std::stoul(value) > 500)
+          return bad("limit is a number of kernels, 1 to 500");
+        q.limit = std::stoul(value);
+      } else if (name == "cursor") {
+        const size_t dot = value.find('.');
+        if (dot == std::string::npos || dot == 0 || dot > 19 ||
+            value.substr(0, dot).find_first_not_of("0123456789") != std::string::npos ||
+            !core::is_hex_key(value.substr(dot + 1)))
+          return bad("cursor is the `next` of the previous page");
+        q.after = value;
+      } else {
+        return bad("unknown query parameter `" + core::sanitize_utf8(name.substr(0, 64)) +
+                   "` (prefix, name, template, backend, status, limit, cursor)");
+      }
+    }
+    const auto page = svc_.store.list(q);
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : page.entries) {
+      nlohmann::json j = e.to_json();
+      j["url"] = "/kernels/" + e.key;
+      list.push_back(std::move(j));
+    }
+    send_json(res, {{"kernels", std::move(list)},
+                    {"total", page.total},
+                    {"next", page.next.empty() ? nlohmann::json(nullptr) : nlohmann::json(page.next)}});
+  });
+
   route("GET", "/kernels/{key}", R"(/kernels/([^/]+))", Role::kRead,
         [this](const httplib::Request& req, httplib::Response& res) {
           std::string key;

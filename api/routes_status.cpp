@@ -8,6 +8,7 @@
 #include "api/http_util.hpp"
 #include "api/server.hpp"
 #include "core/fsutil.hpp"
+#include "core/utf8.hpp"
 
 namespace kforge::embedded {
 extern const std::string_view openapi_json;
@@ -208,6 +209,17 @@ void Server::status_routes() {
                     c.bad_requests);
           }
           res.set_content(text, "text/plain; version=0.0.4");
+        });
+
+  // What a problem's `type` URI names (RFC 9457 §3.1.1: dereferenceable documentation).
+  route("GET", "/problems/{type}", R"(/problems/([^/]+))", Role::kNone,
+        [](const httplib::Request& req, httplib::Response& res) {
+          const std::string slug = req.matches[1];
+          if (auto doc = problem_type(slug)) return send_json(res, *doc);
+          std::string known;
+          for (const auto& t : problem_types()) known += (known.empty() ? "" : ", ") + t;
+          send_problem(res, problem_json(404, "no problem type `" + core::sanitize_utf8(slug.substr(0, 64)) +
+                                                  "` (known: " + known + ")"));
         });
 
   route("GET", "/openapi.json", "/openapi.json", Role::kNone,

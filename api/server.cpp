@@ -72,8 +72,33 @@ nlohmann::json kernel_view(const nlohmann::json& m) {
   }
   if (m.contains("abi")) {
     j["abi"] = m["abi"];
+    // An entry built before ABIs carried tensor layouts (issue 40): a template kernel whose
+    // every scalar is fixed was rendered for exactly its request's tensors, which the
+    // manifest's template holds; one that takes M at run time is left without.
+    const auto& t = m.contains("template") ? m["template"] : nlohmann::json();
+    auto& args = j["abi"]["args"];
+    const bool all_fixed = args.is_array() && std::all_of(args.begin(), args.end(), [](const nlohmann::json& a) {
+      return a.value("kind", "") != "scalar" || a.contains("value");
+    });
+    if (t.is_object() && all_fixed) {
+      const nlohmann::json inputs = t.value("inputs", nlohmann::json::array());
+      std::vector<nlohmann::json> tensors(inputs.begin(), inputs.end());
+      if (t.contains("output")) tensors.push_back(t["output"]);
+      for (auto& a : args) {
+        if (a.value("kind", "") != "tensor" || a.contains("sizes")) continue;
+        for (const auto& tm : tensors) {
+          if (!tm.is_object() || tm.value("name", "") != a.value("binds", "") || !tm.contains("sizes") ||
+              !tm.contains("strides"))
+            continue;
+          a["sizes"] = tm["sizes"];
+          a["strides"] = tm["strides"];
+          a["offset"] = tm.value("offset", 0);
+          break;
+        }
+      }
+    }
     j["workspace_bytes"] = m["abi"].value("workspace_bytes", nlohmann::json(nullptr));
-    auto abi = core::Abi::from_json(m["abi"]);
+    auto abi = core::Abi::from_json(j["abi"]);
     auto backend = core::parse_backend(m.value("backend", ""));
     if (abi && backend && m.value("status", "") == "ok") {
       j["wrapper"] = {{"python", core::python_wrapper(*abi, *backend)},
@@ -174,12 +199,12 @@ Server::Server(ServerConfig config, Services services)
   });
   // Statuses that httplib sets itself (404 for an unknown route, 413, 400 for a malformed
   // request) get a problem body too; bodies our handlers wrote are left alone.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    std::string detail = res.status == 404   ? "no route for " + core::sanitize_utf8(req.method + " " + req.path)
-                         : res.status == 413 ? "the request body is over the size limit"
-                                             : "the request could not be processed";
-    send_problem(res, problem_json(res.status, detail, res.status == 413 ? "/" : ""));
+    if (res.status == 413) return send_problem(res, too_large(req.path == "/cache/import"));
+    std::string detail = res.status == 404 ? "no route for " + core::sanitize_utf8(req.method + " " + req.path)
+                                           : "the request could not be processed";
+    send_problem(res, problem_json(res.status, detail));
   });
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -222,8 +247,7 @@ void Server::route(const char* method, const std::string& api_path, const std::s
   Handler guarded = [this, role, label, h = std::move(handler)](const httplib::Request& req,
                                                                 httplib::Response& res) {
     t_route = label;
-    if (req.body.size() > config_.max_body_bytes)
-      return send_problem(res, problem_json(413, "the request body is over the size limit", "/"));
+    if (req.body.size() > config_.max_body_bytes) return send_problem(res, too_large(false));
     if (role != Role::kNone) {
       if (auto ok = svc_.auth.check(req.get_header_value("Authorization"), role); !ok)
         return send_error(res, ok.error());
@@ -406,6 +430,16 @@ void Server::maintain_cache() {
             {"kept_pinned", r.kept_pinned},
             {"bytes_after", r.bytes_after},
             {"max_bytes", config_.cache_max_bytes}});
+}
+
+nlohmann::json Server::too_large(bool import) const {
+  const size_t limit = import && config_.max_import_bytes ? config_.max_import_bytes : config_.max_body_bytes;
+  const char* setting = import && config_.max_import_bytes ? "--max-import-bytes" : "--max-body";
+  nlohmann::json p = problem_json(413, std::string(import ? "the archive" : "the request body") + " is over the limit of " +
+                                           std::to_string(limit) + " bytes (" + setting + ")",
+                                  "/");
+  p["max_bytes"] = limit;
+  return p;
 }
 
 nlohmann::json Server::job_info(const char* kind, const core::KernelRequest& req,

@@ -169,6 +169,9 @@ class Server : private FrontHandler {
                                                const std::string& client);
   nlohmann::json job_info(const char* kind, const core::KernelRequest& req,
                           const std::string& client, const std::string& request_id) const;
+  // The 413 problem for a body over --max-body (or, `import`, --max-import-bytes): the
+  // detail and `max_bytes` state the limit.
+  nlohmann::json too_large(bool import) const;
   // Keeps the cache under --cache-max-bytes.
   void maintain_cache();
   nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache

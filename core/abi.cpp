@@ -181,6 +181,16 @@ nlohmann::json Abi::to_json() const {
       j["binds"] = a.binds;
       j["dtype"] = a.dtype ? nlohmann::json(dtype_name(*a.dtype)) : nlohmann::json(nullptr);
       j["const"] = a.is_const;
+      if (a.layout) {
+        nlohmann::json sizes = nlohmann::json::array();
+        for (size_t d = 0; d < a.layout->sizes.size(); ++d) {
+          const bool named = d < a.layout->size_args.size() && !a.layout->size_args[d].empty();
+          sizes.push_back(named ? nlohmann::json(a.layout->size_args[d]) : nlohmann::json(a.layout->sizes[d]));
+        }
+        j["sizes"] = std::move(sizes);
+        j["strides"] = a.layout->strides;
+        j["offset"] = a.layout->offset;
+      }
     }
     if (a.kind == ArgKind::kScalar && a.value) j["value"] = *a.value;
     jargs.push_back(std::move(j));
@@ -211,6 +221,16 @@ Result<Abi> Abi::from_json(const nlohmann::json& j) {
         a.binds = ja.at("binds").get<std::string>();
         if (!ja.at("dtype").is_null()) a.dtype = parse_dtype(ja.at("dtype").get<std::string>());
         a.is_const = ja.value("const", false);
+        if (ja.contains("sizes") && ja.contains("strides")) {
+          AbiArg::Layout l;
+          for (const auto& d : ja.at("sizes")) {
+            l.sizes.push_back(d.is_string() ? 0 : d.get<int64_t>());
+            l.size_args.push_back(d.is_string() ? d.get<std::string>() : "");
+          }
+          l.strides = ja.at("strides").get<std::vector<int64_t>>();
+          l.offset = ja.value("offset", int64_t{0});
+          a.layout = std::move(l);
+        }
       }
       if (ja.contains("value")) a.value = ja.at("value").get<int64_t>();
       abi.args.push_back(std::move(a));

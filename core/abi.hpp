@@ -37,6 +37,17 @@ struct AbiArg {
   bool is_const = false;       // read-only input
   // kScalar only: the value fixed by a template (M, N, K, leading dimensions).
   std::optional<int64_t> value;
+  // kTensor of a template kernel: the tensor a call must pass, as the kernel was rendered
+  // for it. JSON "sizes" (each a number, or the name of the scalar argument whose value it
+  // is: a gemm's "M" at run time), "strides" (elements), "offset" (elements the kernel adds
+  // to the pointer). Source-mode kernels take their sizes at run time: none.
+  struct Layout {
+    std::vector<int64_t> sizes;
+    std::vector<std::string> size_args;  // per dimension: "" (sizes[i] holds), or a scalar's name
+    std::vector<int64_t> strides;
+    int64_t offset = 0;
+  };
+  std::optional<Layout> layout;
 };
 
 struct Abi {

@@ -140,10 +140,32 @@ Result<RenderedKernel> Builder::render(const PreparedRequest& p) const {
 
 namespace {
 
+// The compiler's first error line in `log` (g++, nvcc and hipcc all write "error"), else
+// its first line that is not a command ("$ ..."): what a 422's detail quotes.
+std::string first_error_line(std::string_view log) {
+  std::string_view fallback;
+  for (size_t at = 0; at < log.size();) {
+    const size_t end = std::min(log.find('\n', at), log.size());
+    std::string_view line = log.substr(at, end - at);
+    at = end + 1;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    if (line.empty() || line.starts_with("$ ")) continue;
+    if (line.find("error") != std::string_view::npos) return std::string(line.substr(0, 300));
+    if (fallback.empty() && line.find("In function") == std::string_view::npos) fallback = line;
+  }
+  return std::string(fallback.substr(0, 300));
+}
+
+std::string with_first_error(std::string detail, std::string_view log) {
+  const std::string line = first_error_line(log);
+  return line.empty() ? detail : detail + ": " + line;
+}
+
 // A cached negative entry answers with the same compile error, without the compiler.
 Error cached_failure(const BuildResult& r) {
-  Error e = Error::make(ErrorKind::kCompileFailed, "compilation failed (cached result)");
   const auto& m = r.manifest;
+  Error e = Error::make(ErrorKind::kCompileFailed,
+                        with_first_error("compilation failed (cached result)", m["compile"].value("log_text", "")));
   e.extra = {{"key", m["key"]},
              {"cache", r.cache},
              {"argv", m["compile"]["argv"]},
@@ -446,7 +468,7 @@ Result<nlohmann::json> Builder::compile(const PreparedRequest& prepared,
     manifest["expires_at"] = storage_.local().now_seconds() + config_.negative_ttl.count();
     auto published = storage_.publish(*staging, key, manifest);
     Error e = Error::make(ErrorKind::kCompileFailed,
-                          "compilation failed: the compiler " + failed->describe());
+                          with_first_error("compilation failed: the compiler " + failed->describe(), log));
     e.extra = {{"key", key}, {"cache", "miss"}, {"argv", steps.front().argv}, {"log", log}};
     if (!published) e.extra["cache_error"] = published.error().message;
     return std::unexpected(e);

@@ -375,13 +375,36 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
   Checker c;
   KernelRequest req;
   const bool template_mode = body.contains("template");
+  // A field of the other mode is named as such: a template request whose `template` is
+  // misspelt reads as source mode, and its `inputs` are not unknown, only misplaced.
+  static const std::set<std::string> kTemplateFields = {"backend", "arch", "template", "params", "inputs", "output",
+                                                        "input_reorder", "epilogue", "reference", "options", "benchmark"};
+  static const std::set<std::string> kSourceFields = {"backend", "arch", "source", "export_name", "options", "benchmark"};
+  static const char* kTemplateList =
+      "template mode: backend, arch, template, params, inputs, output, input_reorder, epilogue, reference, options, "
+      "benchmark";
+  static const char* kSourceList = "source mode: backend, arch, source, export_name, options, benchmark";
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    const std::string& k = it.key();
+    const auto& mine = template_mode ? kTemplateFields : kSourceFields;
+    const auto& other = template_mode ? kSourceFields : kTemplateFields;
+    if (mine.contains(k) || (template_mode && k == "source")) continue;  // `source` is refused below
+    const std::string field = "/" + pointer_token(k);
+    if (other.contains(k)) {
+      c.add(field, template_mode ? "`" + k + "` is a source-mode field; a template request (it has `template`) takes " +
+                                       std::string(kTemplateList).substr(15)
+                                 : "`" + k + "` is a template-mode field, but the request has no `template` (GET " +
+                                       "/templates lists them); " + kSourceList);
+    } else {
+      c.add(field, "unknown field `" + sanitize_utf8(k.substr(0, 64)) + "` (" +
+                       (template_mode ? std::string(kTemplateList) + "; " + kSourceList
+                                      : std::string(kSourceList) + "; " + kTemplateList) +
+                       ")");
+    }
+  }
   if (template_mode) {
-    c.unknown_fields(body, "", {"backend", "arch", "template", "params", "inputs", "output",
-                                "input_reorder", "epilogue", "reference", "options", "benchmark"});
     if (body.contains("source")) c.add("/source", "give either `source` or `template`, not both");
     parse_template(body, limits, c, req);
-  } else {
-    c.unknown_fields(body, "", {"backend", "arch", "source", "export_name", "options", "benchmark"});
   }
   if (body.contains("benchmark")) parse_benchmark(body["benchmark"], limits, c, req);
 

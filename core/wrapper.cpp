@@ -33,8 +33,97 @@ std::string py_name(const std::string& name) {
       "break",   "class",    "continue", "def",    "del",    "elif",   "else",   "except",
       "finally", "for",      "from",     "global", "if",     "import", "in",     "is",
       "lambda",  "nonlocal", "not",      "or",     "pass",   "raise",  "return", "try",
-      "while",   "with",     "yield",    "stream", "ctypes", "os",     "k",      "rc"};
+      "while",   "with",     "yield",    "stream", "ctypes", "os",     "k",      "rc",
+      "workspace", "size", "load", "SYMBOL", "BACKEND", "DEVICE"};
   return kReserved.contains(name) ? name + "_" : name;
+}
+
+// The checks every generated wrapper makes before a call (the client's kforge/abi.py makes
+// the same ones): a tensor argument is a torch tensor or a numpy array of the kernel's dtype,
+// on its device, with the sizes and element strides it was built for, so that a wrong array
+// is a ValueError naming the argument rather than reads and writes out of bounds.
+constexpr const char* kPointerCheck = R"PY(_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+             "int8": 1, "int32": 4, "int64": 8, "uint8": 1}
+
+
+def _pointer(name, v, dtype, sizes, strides, offset, writes):
+    """The address of tensor argument `name` once `v` (a torch tensor or a numpy array) is what
+    the kernel was built for: dtype, device, sizes and element strides; where the kernel adds a
+    storage offset, a contiguous storage that holds every element it touches. `sizes` None (a
+    source-mode kernel, which takes its sizes at run time): dtype, device and a dense layout."""
+    what = f"{SYMBOL} argument {name}"
+    if hasattr(v, "data_ptr") and callable(getattr(v, "stride", None)):  # torch
+        got = str(v.dtype).replace("torch.", "")
+        device = getattr(v.device, "type", str(v.device))
+        shape, elem = tuple(v.shape), tuple(v.stride())
+        contiguous, readonly, address = v.is_contiguous(), False, v.data_ptr()
+    elif hasattr(v, "__array_interface__"):  # numpy
+        face = v.__array_interface__
+        got, device, shape = str(v.dtype), "cpu", tuple(face["shape"])
+        item = v.dtype.itemsize
+        dense, step = [], 1
+        for n in reversed(shape):
+            dense.insert(0, step)
+            step *= n
+        if face.get("strides") is None:
+            elem, contiguous = tuple(dense), True
+        else:
+            if any(s % item for s in face["strides"]):
+                raise ValueError(f"{what}: its byte strides {face['strides']} are not whole elements")
+            elem = tuple(s // item for s in face["strides"])
+            contiguous = all(e == d for n, e, d in zip(shape, elem, dense) if n > 1)
+        address, readonly = face["data"]
+    else:
+        raise TypeError(f"{what}: expected a torch tensor or a numpy array, not {type(v).__name__}")
+    if device != DEVICE:
+        raise ValueError(f"{what} is on {device}; a {BACKEND} kernel takes tensors on {DEVICE}")
+    if got != dtype:
+        raise ValueError(f"{what} is {got}; the kernel takes {dtype}")
+    if writes and readonly:
+        raise ValueError(f"{what}: the kernel writes it, but the array is read-only")
+    if sizes is None:
+        if not contiguous:
+            raise ValueError(f"{what} is not contiguous (strides {list(elem)}): the kernel takes a dense array")
+    elif offset:
+        need = offset + 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+        numel = 1
+        for n in shape:
+            numel *= n
+        if not contiguous or numel < need:
+            raise ValueError(f"{what}: the kernel reads it from element {offset} on, as a {list(sizes)} "
+                             f"tensor with strides {list(strides)}; pass its whole storage (a contiguous "
+                             f"array of at least {need} elements), not shape {list(shape)}")
+    elif shape != tuple(sizes):
+        raise ValueError(f"{what} has shape {list(shape)}; the kernel was built for {list(sizes)}")
+    elif any(n > 1 and e != s for n, e, s in zip(sizes, elem, strides)):
+        raise ValueError(f"{what} has strides {list(elem)}; the kernel was built for {list(strides)}")
+    return address
+
+
+def _buffer(v):
+    """The address of a workspace: a torch tensor, a numpy array or a ctypes array."""
+    if hasattr(v, "data_ptr"):
+        return v.data_ptr()
+    if hasattr(v, "__array_interface__"):
+        return v.__array_interface__["data"][0]
+    return ctypes.addressof(v)
+)PY";
+
+// A Python tuple literal: the layout's sizes, a size given at run time by its scalar's name.
+std::string py_sizes(const AbiArg::Layout& l) {
+  std::string out = "(";
+  for (size_t d = 0; d < l.sizes.size(); ++d) {
+    if (d) out += ", ";
+    const bool named = d < l.size_args.size() && !l.size_args[d].empty();
+    out += named ? py_name(l.size_args[d]) : std::to_string(l.sizes[d]);
+  }
+  return out + (l.sizes.size() == 1 ? ",)" : ")");
+}
+
+std::string py_ints(const std::vector<int64_t>& v) {
+  std::string out = "(";
+  for (size_t d = 0; d < v.size(); ++d) out += (d ? ", " : "") + std::to_string(v[d]);
+  return out + (v.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace
@@ -55,12 +144,19 @@ std::string python_wrapper(const Abi& abi, Backend backend) {
     const AbiArg& a = abi.args[i];
     const char* sep = i ? ", " : "";
     switch (a.kind) {
-      case ArgKind::kTensor:
+      case ArgKind::kTensor: {
         argtypes << sep << "c_void_p";
-        call << sep << "c_void_p(" << py_name(a.binds) << ".data_ptr())";
+        const std::string dtype = a.dtype ? std::string(dtype_name(*a.dtype)) : "";
+        call << sep << "\n        c_void_p(_pointer(\"" << a.binds << "\", " << py_name(a.binds) << ", "
+             << (dtype.empty() ? "None" : "\"" + dtype + "\"") << ", "
+             << (a.layout ? py_sizes(*a.layout) + ", " + py_ints(a.layout->strides) + ", " +
+                                std::to_string(a.layout->offset)
+                          : std::string("None, None, 0"))
+             << ", " << (a.is_const ? "False" : "True") << "))";
         query_call << sep << "None";
         add_param(py_name(a.binds));
         break;
+      }
       case ArgKind::kScalar: {
         std::string ct = py_ctype(a.ctype);
         argtypes << sep << ct;
@@ -76,7 +172,7 @@ std::string python_wrapper(const Abi& abi, Backend backend) {
         break;
       case ArgKind::kWorkspace:
         argtypes << sep << "c_void_p";
-        call << sep << "c_void_p(workspace.data_ptr()) if workspace is not None else None";
+        call << sep << "c_void_p(_buffer(workspace)) if workspace is not None else None";
         query_call << sep << "None";
         break;
       case ArgKind::kStream:
@@ -94,15 +190,20 @@ std::string python_wrapper(const Abi& abi, Backend backend) {
   std::ostringstream py;
   py << "# kforge call wrapper for " << sym << " (" << backend_name(backend) << ")\n"
      << "# " << abi.signature() << "\n"
+     << "# Takes torch tensors or numpy arrays, checked against the kernel's ABI before the call.\n"
      << "import ctypes\n"
      << "import os\n"
      << "from ctypes import (POINTER, byref, c_bool, c_double, c_float, c_int8, c_int16, c_int32,\n"
      << "                    c_int64, c_size_t, c_uint8, c_uint16, c_uint32, c_uint64, "
         "c_void_p)\n\n"
      << "SYMBOL = \"" << sym << "\"\n"
+     << "BACKEND = \"" << backend_name(backend) << "\"\n"
+     << "DEVICE = \"" << (backend == Backend::kCpu ? "cpu" : "cuda")
+     << "\"  # torch's name for the device its tensors live on (ROCm's too)\n"
      << "_DEFAULT_PATH = os.path.join(os.path.dirname(os.path.abspath(globals().get(\"__file__\", "
         "\"x\"))), SYMBOL + \".so\")\n"
-     << "_fn = None\n\n\n"
+     << "_fn = None\n"
+     << kPointerCheck << "\n\n"
      << "def load(path=None):\n"
      << "    \"\"\"Loads the artifact (default: <symbol>.so beside this file) and returns the "
         "function.\"\"\"\n"

@@ -15,7 +15,7 @@ PACKAGES=(
   libffi-dev libopenblas-dev bubblewrap
   libjs-chart.js libjs-highlight.js chromium nodejs clang-19 libclang-rt-19-dev
   python3 python3-numpy python3-pytest curl libhiredis-dev libjemalloc-dev libarchive-dev libcli11-dev redis-server nginx-light wrk
-  podman runc uidmap debootstrap python3-yaml
+  podman runc uidmap debootstrap python3-yaml python3-jsonschema
 )
 
 missing=()

@@ -197,8 +197,9 @@ function drawChart(canvas, config) {
 const routes = [
   [/^#?\/?$/, 'overview', renderOverview],
   [/^#\/jobs$/, 'jobs', renderJobs],
-  [/^#\/jobs\/([^/]+)$/, 'jobs', renderPrefetch],
-  [/^#\/kernels\/([^/]+)$/, null, renderKernel],
+  [/^#\/jobs\/([^/?]+)$/, 'jobs', renderJob],
+  [/^#\/kernels(?:\?(.*))?$/, 'kernels', renderKernelList],
+  [/^#\/kernels\/([^/?]+)$/, 'kernels', renderKernel],
 ];
 
 function route() {
@@ -270,8 +271,12 @@ function backendCard(name, b = {}) {
   const device = dev.available
     ? `device: ${dev.name}${dev.threads ? ` (${dev.threads} threads)` : ''}`
     : `${GPU_BACKENDS.includes(name) ? 'no GPU on this host' : 'no benchmark device'}: ${dev.reason ?? 'unknown'}`;
-  return h('section', { class: 'backend', data: { backend: name, available: String(Boolean(b.available)), device: dev.available ? 'available' : 'unavailable' } },
-    h('h3', {}, name, ' ', badge(b.available ? 'available' : 'unavailable')),
+  // What the backend can do here: a compiler alone compiles; with a device it also runs
+  // (benchmarks, autotunes).
+  const can = !b.available ? 'unavailable' : dev.available ? 'compile and run' : 'compile only';
+  const cls = !b.available ? 'unavailable' : dev.available ? 'run' : 'compile';
+  return h('section', { class: 'backend', data: { backend: name, available: String(Boolean(b.available)), device: dev.available ? 'available' : 'unavailable', can } },
+    h('h3', {}, name, ' ', h('span', { class: `badge badge-${cls}`, title: 'what this host can do with the backend' }, can)),
     toolchain,
     h('p', { class: `device ${dev.available ? '' : 'unavailable'}` }, device));
 }
@@ -365,8 +370,9 @@ function jobRow(j) {
   if (j.kind === 'prefetch') return prefetchRow(j, phases);
   const what = j.kind === 'autotune' ? `autotune ${j.template}` : j.template ?? 'source';
   return h('tr', { class: `job state-${j.state}`, data: { jobId: j.id, state: j.state, kind: j.kind, cache: j.cache ?? 'none', key: j.key } },
-    h('td', { class: 'job-id' }, j.key ? h('a', { href: `#/kernels/${j.key}` }, j.id) : j.id, h('small', {}, fmt.clock(j.created_at))),
-    h('td', { class: 'job-what' }, what, h('small', {}, j.kernel_name, j.prefetch_job && ` (prefetch ${j.prefetch_job})`)),
+    h('td', { class: 'job-id' }, h('a', { href: `#/jobs/${j.id}` }, j.id), h('small', {}, fmt.clock(j.created_at))),
+    h('td', { class: 'job-what' }, what, h('small', {}, j.key ? h('a', { href: `#/kernels/${j.key}`, class: 'kernel-link' }, j.kernel_name ?? j.key) : j.kernel_name,
+      j.prefetch_job && ` (prefetch ${j.prefetch_job})`)),
     h('td', { class: 'job-target' }, j.backend, ' ', (j.archs ?? []).join(', ')),
     h('td', { class: 'job-state' }, badge(j.state), h('span', { class: 'phases' }, phases),
       j.error && h('div', { class: 'job-error' }, j.error.detail ?? j.error.title)),
@@ -393,6 +399,60 @@ function prefetchRow(j, phases) {
       j.error && h('div', { class: 'job-error' }, j.error.detail ?? j.error.title)),
     h('td', { class: 'job-cache job-progress' }, progressBar(p), h('small', {}, prefetchCounts(p))),
     h('td', { class: 'job-client' }, j.client));
+}
+
+// #/jobs/{id}: any job. A prefetch shows its entries; a build, autotune or failure its phases,
+// target, outcome and (when done) a link to its kernel, until it ends.
+async function renderJob(view, id) {
+  const box = h('section', { class: 'job-detail', data: { jobId: id, state: 'loading' } }, empty('loading…'));
+  view.append(box);
+  let j;
+  try {
+    j = await api(`/jobs/${encodeURIComponent(id)}`);
+  } catch (e) {
+    box.dataset.state = e.status === 404 || e.status === 400 ? 'missing' : 'error';
+    box.replaceChildren(h('div', { class: 'banner error' }, h('h2', {}, box.dataset.state === 'missing' ? 'no such job' : 'could not load the job'), h('p', {}, e.message)));
+    return;
+  }
+  if (j.kind === 'prefetch') {
+    box.remove();
+    renderPrefetch(view, id);
+    return;
+  }
+  let last = '';
+  poll(1000, async () => {
+    const job = await api(`/jobs/${encodeURIComponent(id)}`);
+    const text = JSON.stringify(job);
+    if (text === last) return;
+    last = text;
+    box.dataset.state = job.state;
+    box.dataset.kind = job.kind;
+    box.replaceChildren(jobDetail(job));
+  });
+}
+
+function jobDetail(j) {
+  const phases = PHASES.filter((p) => j.phases?.[p] != null)
+    .map((p) => h('span', { class: `phase phase-${p}` }, `${p} +${(j.phases[p] - j.created_at).toFixed(2)} s`));
+  const what = j.kind === 'autotune' ? `autotune ${j.template ?? ''}` : `${j.kind} ${j.template ?? 'source'}`;
+  const r = j.result ?? {};
+  const meta = [
+    ['kind', what],
+    ['state', h('span', {}, badge(j.state), h('span', { class: 'phases' }, phases))],
+    ['target', `${j.backend ?? ''} ${(j.archs ?? []).join(', ')}`],
+    ['created', fmt.clock(j.created_at)],
+    ['client', j.client],
+    ['cache', j.cache],
+    ['kernel', j.key && h('a', { href: `#/kernels/${j.key}`, class: 'kernel-link' }, j.kernel_name ?? j.key)],
+    ['winner', r.winner?.key && h('a', { href: `#/kernels/${r.winner.key}` }, r.winner.kernel_name)],
+    ['prefetch', j.prefetch_job && h('a', { href: `#/jobs/${j.prefetch_job}` }, j.prefetch_job)],
+    ['HTTP status', j.http_status],
+  ].filter(([, v]) => v != null && v !== '');
+  return h('div', {},
+    h('h2', {}, `Job ${j.id}`),
+    h('dl', { class: 'meta' }, meta.map(([dt, dd]) => [h('dt', {}, dt), h('dd', {}, dd)])),
+    j.error && h('div', { class: 'banner error job-error-box' }, h('h3', {}, j.error.title ?? 'failed'), h('p', { class: 'job-error' }, j.error.detail),
+      r.log && h('pre', { class: 'log' }, r.log)));
 }
 
 function renderPrefetch(view, id) {
@@ -439,6 +499,88 @@ function renderJobs(view) {
     last = text;
     rows.replaceChildren(...jobs.map(jobRow));
     none.hidden = jobs.length > 0;
+  });
+}
+
+// ---- Kernels (#/kernels?prefix=&name=&template=&backend=&status=&cursor=): a page of the cache
+
+const KERNEL_FILTERS = ['prefix', 'name', 'template', 'backend', 'status'];
+
+function kernelFilters(params, templates) {
+  const select = (name, options) => h('select', { name },
+    options.map(([value, label]) => h('option', { value, selected: params.get(name) === value || (!params.has(name) && value === '*') }, label)));
+  const form = h('form', { class: 'kernel-filters' },
+    h('label', {}, 'key prefix', h('input', { name: 'prefix', value: params.get('prefix') ?? '', placeholder: '8e2e55', autocomplete: 'off', spellcheck: 'false' })),
+    h('label', {}, 'name contains', h('input', { name: 'name', value: params.get('name') ?? '', placeholder: 'gemm', autocomplete: 'off' })),
+    h('label', {}, 'template', select('template', [['*', 'any'], ['', '(source mode)'], ...templates.map((t) => [t, t])])),
+    h('label', {}, 'backend', select('backend', [['*', 'any'], ...BACKENDS.map((b) => [b, b])])),
+    h('label', {}, 'status', select('status', [['*', 'any'], ['ok', 'ok'], ['failed', 'failed (cached error)']])),
+    h('button', { type: 'submit' }, 'Search'));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const name of KERNEL_FILTERS) {
+      const v = form.elements[name].value;
+      if (form.elements[name].tagName === 'SELECT' ? v !== '*' : v.trim()) q.set(name, v.trim());
+    }
+    const qs = q.toString();
+    location.hash = `#/kernels${qs ? `?${qs}` : ''}`;
+  });
+  return form;
+}
+
+function kernelRow(k) {
+  return h('tr', { class: `kernel-row status-${k.status}`, data: { key: k.key, status: k.status, backend: k.backend, template: k.template ?? '' } },
+    h('td', { class: 'col-kernel' }, h('a', { href: `#/kernels/${k.key}` }, k.kernel_name || k.key)),
+    h('td', { class: 'col-key' }, k.key.slice(0, 16) + '…'),
+    // A cpu target lists every feature: its -march name is enough here (the whole in the title).
+    h('td', { title: (k.archs ?? []).join(', ') }, `${k.backend} ${(k.archs ?? []).map((a) => a.split('+')[0] + (a.includes('+') ? '+…' : '')).join(', ')}`),
+    h('td', {}, k.template ?? 'source'),
+    h('td', {}, badge(k.status)),
+    h('td', {}, new Date(k.created_at * 1000).toLocaleString()),
+    h('td', {}, fmt.bytes(k.bytes)));
+}
+
+async function renderKernelList(view, query = '') {
+  const params = new URLSearchParams(query);
+  const gen = generation;
+  const templates = await api('/templates').then((t) => (t.templates ?? []).map((x) => x.name)).catch(() => []);
+  if (gen !== generation) return; // the route changed meanwhile
+  const rows = h('tbody');
+  const summary = h('span', { class: 'kernels-total' });
+  const pager = h('div', { class: 'pager' }, summary);
+  const none = empty('no kernel matches');
+  view.append(h('section', { class: 'kernels' }, h('h2', {}, 'Kernels'),
+    h('p', {}, 'Every kernel in this instance\'s cache, cache hits included (hits are not jobs), newest first.'),
+    kernelFilters(params, templates),
+    h('table', { class: 'kernels-table' },
+      h('thead', {}, h('tr', {}, ['kernel', 'key', 'target', 'template', 'status', 'built', 'size'].map((c) => h('th', {}, c)))),
+      rows),
+    none, pager));
+  const q = new URLSearchParams();
+  for (const name of [...KERNEL_FILTERS, 'cursor']) if (params.has(name)) q.set(name, params.get(name));
+  q.set('limit', '50');
+  let last = '';
+  poll(5000, async () => {
+    const page = await api(`/kernels?${q}`);
+    const text = JSON.stringify(page);
+    if (text === last) return;
+    last = text;
+    rows.replaceChildren(...page.kernels.map(kernelRow));
+    none.hidden = page.kernels.length > 0;
+    summary.textContent = `${page.kernels.length} of ${page.total}${params.has('cursor') ? ' (a later page)' : ''}`;
+    const links = [];
+    if (params.has('cursor')) {
+      const first = new URLSearchParams(params);
+      first.delete('cursor');
+      links.push(h('a', { href: `#/kernels?${first}`, class: 'first-page' }, '« newest'));
+    }
+    if (page.next) {
+      const next = new URLSearchParams(params);
+      next.set('cursor', page.next);
+      links.push(h('a', { href: `#/kernels?${next}`, class: 'next-page' }, 'older ›'));
+    }
+    pager.replaceChildren(summary, ...links);
   });
 }
 

@@ -158,15 +158,20 @@ Result<int64_t> parse_since(std::string_view text, const std::string& field) {
 }
 
 bool ExportMatch::matches(const json& m) const {
-  auto glob = [&](const std::string& value) { return ::fnmatch(this->glob.c_str(), value.c_str(), 0) == 0; };
+  // A field the entry lacks (a source-mode kernel's template) is "": only an empty glob
+  // matches it, so `template=*` selects the template kernels and `template=` the others.
+  auto glob = [&](const std::string& value) {
+    return value.empty() ? this->glob.empty() : ::fnmatch(this->glob.c_str(), value.c_str(), 0) == 0;
+  };
   if (field == "arch") {
     for (const auto& a : m.value("archs", json::array()))
       if (a.is_string() && glob(a.get<std::string>())) return true;
     return false;
   }
-  if (field == "template") {
+  if (field == "template") {  // the manifest's template is TemplateSpec::to_json(): its name is "template"
     const auto& t = m.contains("template") ? m["template"] : json();
-    return glob(t.is_object() && t.contains("name") && t["name"].is_string() ? t["name"].get<std::string>() : "");
+    const auto name = t.is_object() ? t.find("template") : t.end();
+    return glob(t.is_object() && name != t.end() && name->is_string() ? name->get<std::string>() : "");
   }
   const auto it = m.find(field);
   return glob(it != m.end() && it->is_string() ? it->get<std::string>() : "");

@@ -53,7 +53,8 @@ namespace kforge::core::storage {
 Result<int64_t> parse_since(std::string_view text, const std::string& field = "/since");
 
 // --match FIELD=GLOB (fnmatch(3) globs): FIELD is key, backend, kernel_name, arch (any of
-// the entry's archs) or template (the template's name; "" for source-mode kernels).
+// the entry's archs) or template (the template's name, the manifest's template.template; ""
+// for source-mode kernels). A field that is "" matches only an empty glob.
 struct ExportMatch {
   std::string field, glob;
   bool matches(const nlohmann::json& manifest) const;

@@ -667,6 +667,91 @@ std::vector<std::string> DiskTier::keys() const {
   return keys;
 }
 
+nlohmann::json DiskTier::Summary::to_json() const {
+  return {{"key", key},
+          {"kernel_name", kernel_name},
+          {"backend", backend},
+          {"archs", archs},
+          {"template", template_name.empty() ? nlohmann::json(nullptr) : nlohmann::json(template_name)},
+          {"status", status},
+          {"created_at", created_at},
+          {"bytes", bytes}};
+}
+
+std::string DiskTier::cursor_of(const Summary& s) { return std::to_string(s.created_at) + "." + s.key; }
+
+DiskTier::ListPage DiskTier::list(const ListQuery& q) const {
+  auto lower = [](std::string v) {
+    for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  };
+  const std::string name = lower(q.name);
+  const int64_t now = now_seconds();
+  std::vector<std::shared_ptr<const Listed>> hits;
+  for_each_entry(v1_ / "objects", [&](const std::string& key, const fs::path& dir) {
+    if (!key.starts_with(q.key_prefix)) return;
+    const auto id = identify(dir / "manifest.json");
+    if (!id) return;  // removed meanwhile
+    auto listed = listed_.get(key);
+    if (!listed || (*listed)->manifest_id != *id) {
+      auto text = read_file(dir / "manifest.json");
+      if (!text) return;
+      const nlohmann::json m = nlohmann::json::parse(*text, nullptr, false);
+      if (m.is_discarded() || !m.is_object() || m.value("key", "") != key) return;
+      auto made = std::make_shared<Listed>();
+      made->manifest_id = *id;
+      Summary& e = made->summary;
+      e.key = key;
+      auto str = [&](const char* field) {
+        const auto it = m.find(field);
+        return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+      };
+      e.kernel_name = str("kernel_name");
+      e.backend = str("backend");
+      e.status = str("status");
+      if (const auto a = m.find("archs"); a != m.end() && a->is_array())
+        for (const auto& arch : *a)
+          if (arch.is_string()) e.archs.push_back(arch.get<std::string>());
+      if (const auto t = m.find("template"); t != m.end() && t->is_object())
+        if (const auto n = t->find("template"); n != t->end() && n->is_string()) e.template_name = n->get<std::string>();
+      if (const auto c = m.find("created_at"); c != m.end() && c->is_number_integer()) e.created_at = c->get<int64_t>();
+      if (const auto f = m.find("files"); f != m.end() && f->is_object())
+        for (const auto& [file, info] : f->items())
+          if (info.is_object() && info.contains("bytes") && info["bytes"].is_number_unsigned())
+            e.bytes += info["bytes"].get<uint64_t>();
+      if (const auto x = m.find("expires_at"); x != m.end() && x->is_number_integer()) made->expires_at = x->get<int64_t>();
+      listed_.put(key, made);
+      listed = made;
+    }
+    const Listed& l = **listed;
+    const Summary& e = l.summary;
+    if (e.status == "failed" && l.expires_at <= now) return;  // expired: a miss, gc removes it
+    if (!q.backend.empty() && e.backend != q.backend) return;
+    if (!q.status.empty() && e.status != q.status) return;
+    if (q.template_name && e.template_name != *q.template_name) return;
+    if (!name.empty() && lower(e.kernel_name).find(name) == std::string::npos) return;
+    hits.push_back(*listed);
+  });
+  std::sort(hits.begin(), hits.end(), [](const auto& a, const auto& b) {
+    return a->summary.created_at != b->summary.created_at ? a->summary.created_at > b->summary.created_at
+                                                          : a->summary.key < b->summary.key;
+  });
+  ListPage page;
+  page.total = hits.size();
+  size_t first = 0;
+  if (!q.after.empty()) {  // the first entry that sorts after the cursor's
+    const size_t dot = q.after.find('.');
+    const int64_t at = dot == std::string::npos ? 0 : std::strtoll(q.after.c_str(), nullptr, 10);
+    const std::string key = dot == std::string::npos ? q.after : q.after.substr(dot + 1);
+    first = size_t(std::partition_point(hits.begin(), hits.end(), [&](const auto& h) {
+                     return h->summary.created_at != at ? h->summary.created_at > at : h->summary.key <= key;
+                   }) - hits.begin());
+  }
+  for (size_t i = first; i < hits.size() && page.entries.size() < q.limit; ++i) page.entries.push_back(hits[i]->summary);
+  if (first + page.entries.size() < hits.size() && !page.entries.empty()) page.next = cursor_of(page.entries.back());
+  return page;
+}
+
 std::vector<std::pair<std::string, std::string>> DiskTier::request_pointers() {
   std::vector<std::pair<std::string, std::string>> out;
   std::error_code ec;

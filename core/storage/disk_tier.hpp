@@ -209,6 +209,34 @@ class DiskTier final : public Tier {
   // is gone, and staging left by dead processes.
   GcResult collect_garbage();
 
+  // The published entries a page of a list shows (GET /kernels, the status page's Kernels
+  // view): the summary fields of each manifest, read unverified (as peek_manifest()) and
+  // memoised per manifest identity, so a listing costs a directory walk and one stat per
+  // entry once the manifests were read. Newest first (created_at, then key); an expired
+  // negative entry is not listed. Filters: a key prefix, a substring of the kernel name
+  // (case-insensitive), the template name ("" selects source-mode kernels), backend, status;
+  // paging: `limit` entries after the entry `after` names (a cursor: "<created_at>.<key>").
+  struct Summary {
+    std::string key, kernel_name, backend, template_name, status;
+    std::vector<std::string> archs;
+    int64_t created_at = 0;
+    uint64_t bytes = 0;  // the manifest's files
+    nlohmann::json to_json() const;
+  };
+  struct ListQuery {
+    std::string key_prefix, name, backend, status;
+    std::optional<std::string> template_name;
+    size_t limit = 50;
+    std::string after;  // a cursor from the previous page; "" for the first
+  };
+  struct ListPage {
+    std::vector<Summary> entries;
+    uint64_t total = 0;  // entries that pass the filters
+    std::string next;    // the cursor of the next page; "" on the last
+  };
+  ListPage list(const ListQuery& query) const;
+  static std::string cursor_of(const Summary& s);
+
   std::optional<std::string> lookup_request(const std::string& rkey);
   // What is on disk now, unverified (for export, core/cache_archive.hpp): every published
   // entry's key, and every request pointer as (rkey, kernel key).
@@ -270,6 +298,13 @@ class DiskTier final : public Tier {
   static constexpr size_t kHotFileMax = 256 << 10;
   ShardedMap<std::shared_ptr<const HotFile>> hot_files_{256};
   void discard(const std::string& key);  // removes a bad entry, and remembers why
+  // list()'s memo: an entry's summary, with the identity of the manifest it was read from.
+  struct Listed {
+    FileId manifest_id;
+    Summary summary;
+    int64_t expires_at = 0;  // negative entries
+  };
+  mutable ShardedMap<std::shared_ptr<const Listed>> listed_{65536};
 
   std::filesystem::path staging_;  // tmp/proc.<pid>.<nonce>, locked while we live
   int lock_fd_ = -1;

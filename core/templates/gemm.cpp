@@ -179,6 +179,21 @@ Result<Rendered> GemmTemplate::render(const TemplateRequest& req, bool reference
   out.source = backend.render(req, g, sig, ep, reference, workspace);
   out.family = reference ? "gemm_ref" : "gemm";
   out.abi = sig.abi();
+  if (g.any_m) {  // the caller's A, C and epilogue inputs over M have M rows: its `M` argument
+    auto mark = [&](const TensorMeta& t) {
+      for (auto& a : out.abi.args) {
+        if (a.kind != ArgKind::kTensor || a.binds != t.name || !a.layout || t.rank() < 2) continue;
+        a.layout->size_args[t.rank() - 2] = "M";
+      }
+    };
+    mark(req.spec.inputs[0]);
+    mark(req.spec.output);
+    for (const auto& op : req.spec.epilogue) {
+      if (op.input < 0) continue;
+      const TensorMeta& t = req.spec.inputs[static_cast<size_t>(op.input)];
+      if (t.rank() >= 2 && t.sizes[t.rank() - 2] != 1) mark(t);  // else broadcast over M (runtime_m())
+    }
+  }
   // A workspace that grows with a run-time M is the kernel's to say for each M (split_k x M x N x 4 bytes).
   if (!g.any_m || workspace == 0) out.abi.workspace_bytes = workspace;
   return out;

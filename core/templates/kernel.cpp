@@ -46,6 +46,7 @@ KernelSignature::KernelSignature(const TemplateRequest& req, std::vector<ScalarA
     a.binds = t.name;
     a.dtype = t.dtype;
     a.is_const = true;
+    a.layout = AbiArg::Layout{t.sizes, std::vector<std::string>(t.rank()), t.strides, t.offset};
     abi_.args.push_back(a);
   }
   out_name_ = "out_ptr0";
@@ -55,6 +56,8 @@ KernelSignature::KernelSignature(const TemplateRequest& req, std::vector<ScalarA
   o.ctype = element_ctype(req.backend, spec.output.dtype) + "*";
   o.binds = spec.output.name;
   o.dtype = spec.output.dtype;
+  o.layout = AbiArg::Layout{spec.output.sizes, std::vector<std::string>(spec.output.rank()), spec.output.strides,
+                            spec.output.offset};
   abi_.args.push_back(o);
   for (const auto& s : scalars) {
     AbiArg a;

@@ -128,11 +128,16 @@ async function checkOverview(page, base, status) {
   await expectShown(page, '.hits-by-route tr[data-route="POST /kernels"]', 'overview lists hits by route', 'POST /kernels');
 
   await expectShown(page, '[data-backend="cpu"][data-available="true"][data-device="available"]', 'cpu backend shown available with its device');
+  await expectShown(page, '[data-backend="cpu"] h3 .badge', 'cpu badge says it compiles and runs here', 'compile and run');
   for (const gpu of ['cuda', 'rocm']) {
-    const dev = status.backends[gpu]?.device ?? {};
+    const b = status.backends[gpu] ?? {};
+    const dev = b.device ?? {};
     const card = `[data-backend="${gpu}"] .device`;
     if (dev.available) await expectShown(page, card, `${gpu} device shown available`, dev.name);
     else await expectShown(page, card, `${gpu} shows "no GPU on this host" with the reason`, `no GPU on this host: ${dev.reason}`);
+    // The badge says what the backend can do here: never "available" beside "no GPU".
+    const can = !b.available ? 'unavailable' : dev.available ? 'compile and run' : 'compile only';
+    await expectShown(page, `[data-backend="${gpu}"][data-can="${can}"] h3 .badge`, `${gpu} badge says "${can}"`, can);
   }
   const compileChart = await chartDrawn(page, '#chart-compile');
   check(compileChart?.painted > 0, 'compile-time chart drawn', JSON.stringify(compileChart));
@@ -146,11 +151,21 @@ async function checkJobs(page, base, work) {
   await expectShown(page, done, 'jobs: the compile is done with a cache miss');
   await expectShown(page, `${done} .job-what`, 'jobs: the compile is listed as source mode', 'source');
   await expectShown(page, `${done} .phase-compiling`, 'jobs: the compile shows its compiling phase');
-  await expectShown(page, `${done} .job-id a[href="#/kernels/${work.ok.key}"]`, 'jobs: the compile links to its kernel');
+  await expectShown(page, `${done} .job-what a[href="#/kernels/${work.ok.key}"]`, 'jobs: the compile links to its kernel');
   check(await page.locator(row({ key: work.ok.key, cache: 'hit' })).count() === 0, 'jobs: the repeated compile (a hit) is not a job');
   await expectShown(page, `${row({ state: 'failed' })} .job-error`, 'jobs: the compile error is failed with its detail', 'compilation failed');
   await expectShown(page, row({ kind: 'autotune', state: 'done', key: work.winner.key }), 'jobs: the autotune is done and links to its winner');
   await page.screenshot({ path: path.join(opts.out, 'jobs.png'), fullPage: true });
+
+  // #/jobs/{id} shows any job, not only prefetches (it said "Prefetch … undefined/undefined").
+  await page.click(`${done} .job-id a`);
+  await expectShown(page, '.job-detail[data-state="done"][data-kind="kernel"] .kernel-link', 'job page: a build shows its kernel', work.ok.kernel_name);
+  await expectShown(page, '.job-detail dd', 'job page: a build shows its cache outcome', 'miss');
+  check(!/undefined|Prefetch/.test(await page.locator('#view').innerText()), 'job page: no prefetch view, nothing undefined');
+  await go(page, '#/jobs');
+  await page.click(`${row({ state: 'failed' })} .job-id a`);
+  await expectShown(page, '.job-detail[data-state="failed"] .job-error', 'job page: a failed build shows the compiler error', 'error:');
+  await go(page, '#/jobs');
 
   // Live update: a new job shows up without a reload.
   await page.evaluate(() => { window.kforgeNoReload = true; });
@@ -175,6 +190,32 @@ async function checkJobs(page, base, work) {
   await expectShown(page, '.prefetch-entries tr[data-outcome="built"][data-index="1"] a[href^="#/kernels/"]', 'prefetch page: the built entry links to its kernel');
   await expectShown(page, '.prefetch-entries tr[data-outcome="failed"][data-index="2"] .job-error', 'prefetch page: the failed entry shows its error', 'compilation failed');
   await page.screenshot({ path: path.join(opts.out, 'prefetch.png'), fullPage: true });
+}
+
+// #/kernels: every cache entry, hits included, searchable; each row opens the kernel page.
+async function checkKernelList(page, work) {
+  await go(page, '#/kernels');
+  const row = (key) => `.kernels-table tr[data-key="${key}"]`;
+  await expectShown(page, row(work.ok.key), 'kernels: the kernel that was a cache hit is listed');
+  await expectShown(page, `${row(work.bad.key)}[data-status="failed"]`, 'kernels: the cached compile error is listed, failed');
+  await expectShown(page, `${row(work.winner.key)}[data-template="gemm"]`, 'kernels: the autotune winner is listed with its template');
+  await expectShown(page, '.kernels-total', 'kernels: the count is shown', ' of ');
+  await page.selectOption('.kernel-filters select[name="status"]', 'failed');
+  await page.click('.kernel-filters button');
+  // The two cached compile errors: the one submitted above and the prefetch's broken entry.
+  await expectShown(page, '.kernels-total', 'kernels: filtered by status', '2 of 2');
+  check(await page.locator('.kernels-table tr.kernel-row:not([data-status="failed"])').count() === 0, 'kernels: only failed entries are left');
+  await expectShown(page, row(work.bad.key), 'kernels: the submitted compile error is among them');
+  check(page.url().includes('status=failed'), 'kernels: the filter is in the address', page.url());
+  await go(page, `#/kernels?prefix=${work.ok.key.slice(0, 10)}`);
+  await expectShown(page, '.kernels-total', 'kernels: a key prefix finds one kernel', '1 of 1');
+  await go(page, '#/kernels?template=gemm&backend=cpu');
+  await expectShown(page, row(work.winner.key), 'kernels: template and backend filters keep the gemm kernels');
+  check(await page.locator(row(work.ok.key)).count() === 0, 'kernels: a source-mode kernel is not a gemm');
+  await go(page, `#/kernels?name=${encodeURIComponent(work.ok.kernel_name.slice(4))}`);
+  await page.click(`${row(work.ok.key)} a`);
+  await expectShown(page, `.kernel[data-state="ok"] h2`, 'kernels: a row opens its kernel page', work.ok.kernel_name);
+  await page.screenshot({ path: path.join(opts.out, 'kernels.png'), fullPage: true });
 }
 
 async function checkKernels(page, work) {
@@ -265,6 +306,7 @@ async function main() {
     await checkOverview(page, server.url, work.status);
     await checkJobs(page, server.url, work);
     await checkKernels(page, work);
+    await checkKernelList(page, work);
     await checkAuth(browser, root);
     check(scriptErrors.length === 0, 'no script errors on the page', scriptErrors.join('; '));
     console.log(`PASS: ${passed} assertions; screenshots in ${opts.out}`);

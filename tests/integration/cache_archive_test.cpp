@@ -235,6 +235,39 @@ TEST_F(CacheTransfer, RoutesAreAdminOnlyAndCheckTheirInput) {
   EXPECT_EQ(get(*s, "/healthz").status, 200);
 }
 
+// docs/API.md writes the filter unencoded, `?match=backend=cpu`: the value is what follows
+// the first `=`. And `template=` reads the template's name where the manifest keeps it.
+TEST_F(CacheTransfer, ExportFiltersAsDocumented) {
+  auto s = start("filters", {"--compile-jobs", "2"});
+  ASSERT_EQ(post_json(*s, "/kernels", kernel(7)).status, 200);
+  auto tensor = [](const char* name) {
+    return json{{"name", name}, {"dtype", "float32"}, {"sizes", {8, 8}}, {"strides", {8, 1}}};
+  };
+  const json gemm = {{"backend", "cpu"}, {"arch", "native"}, {"template", "gemm"},
+                     {"inputs", {tensor("a"), tensor("b")}}, {"output", tensor("c")}};
+  Reply built = post_json(*s, "/kernels", gemm.dump());
+  ASSERT_EQ(built.status, 200) << built.raw;
+  auto entries = [&](const std::string& query) {
+    auto c = s->client();
+    auto r = c.Get(("/cache/export?" + query).c_str());
+    if (!r) return std::string("no answer");
+    EXPECT_EQ(r->status, 200) << query << ": " << r->body.substr(0, 300);
+    return r->get_header_value("X-Kforge-Entries");
+  };
+  EXPECT_EQ(entries("match=backend=cpu"), "2");
+  EXPECT_EQ(entries("match=backend%3Dcpu"), "2");
+  EXPECT_EQ(entries("match=backend=cuda"), "0");
+  EXPECT_EQ(entries("match=template=gemm"), "1");
+  EXPECT_EQ(entries("match=template=gem*&match=backend=cpu"), "1");
+  EXPECT_EQ(entries("match=template=*"), "1");
+  EXPECT_EQ(entries("match=template="), "1");  // the source-mode kernel
+  EXPECT_EQ(entries("match=kernel_name=cpu_gemm_*"), "1");
+  EXPECT_EQ(entries("match=arch=*&since=2024-06-01"), "2");
+  Reply bad = get(*s, "/cache/export?match=colour=red");
+  EXPECT_EQ(bad.status, 400) << bad.raw;
+  EXPECT_NE(bad.raw.find("\"/match/0\""), std::string::npos) << bad.raw;
+}
+
 TEST_F(CacheTransfer, CliFiltersAndUsage) {
   auto a = start("a", {"--compile-jobs", "2"});
   for (int i = 0; i < 2; ++i) ASSERT_EQ(post_json(*a, "/kernels", kernel(100 + i)).status, 200);

@@ -853,6 +853,19 @@ TEST_F(Gemm, CudaTensorCoreKernelsTakeMAtRunTimeWhereNoStrideDependsOnIt) {
     EXPECT_NE(a["source"].get<std::string>().find("M > (int64_t(1) << 31) - 256"), std::string::npos);
     EXPECT_NE(a["wrapper"]["python"].get<std::string>().find("M, N=4096, K=4096, batch=1"), std::string::npos)
         << a["wrapper"]["python"];
+    // The tensors' layouts name M where the caller's tensors have M rows (issue 40): A, C and
+    // the residual; B and the bias (broadcast over M) are fixed.
+    std::map<std::string, json> sizes;
+    for (const auto& arg : a["abi"]["args"])
+      if (arg["kind"] == "tensor") sizes[arg["binds"]] = arg["sizes"];
+    EXPECT_EQ(sizes["A"], json({"M", 4096}));
+    EXPECT_EQ(sizes["B"], json({4096, 4096}));
+    EXPECT_EQ(sizes["bias"], json({4096}));
+    EXPECT_EQ(sizes["res"], json({"M", 4096}));
+    EXPECT_EQ(sizes["C"], json({"M", 4096}));
+    EXPECT_NE(a["wrapper"]["python"].get<std::string>().find("_pointer(\"A\", A, \"float16\", (M, 4096), (4096, 1), 0, False)"),
+              std::string::npos)
+        << a["wrapper"]["python"];
   }
   // Where a stride depends on M, or the kernel is not a tensor-core one, M stays fixed: one
   // row (its stride says nothing), a batch (the batch strides are M x K and M x N), A

@@ -155,7 +155,8 @@ TEST_F(HttpFraming, OtherMethodsLengthAndCodingAreAnsweredByTheFront) {
   };
   const std::vector<Expect> cases = {
       {"DELETE /kernels/" + std::string(64, 'a') + " HTTP/1.1\r\nHost: x\r\n\r\n", 405, "GET, HEAD"},
-      {"PUT /kernels HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405, "POST"},
+      {"PUT /kernels HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405, "GET, HEAD, POST"},
+      {"PUT /render HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", 405, "POST"},
       {"OPTIONS /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 405, "GET, HEAD"},
       {"DELETE /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", 404, ""},
       {"POST /kernels HTTP/1.1\r\nHost: x\r\n\r\n", 411, ""},

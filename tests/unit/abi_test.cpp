@@ -108,8 +108,10 @@ TEST(Wrapper, NamesTheSymbolAndMakesInductorStyleCalls) {
   EXPECT_NE(py.find("SYMBOL = \"cpu_kernel_abc\""), std::string::npos);
   EXPECT_NE(py.find("def cpu_kernel_abc(X, Y, n, workspace=None, stream=None):"),
             std::string::npos);
-  EXPECT_NE(py.find("c_void_p(X.data_ptr()), c_void_p(Y.data_ptr()), c_int64(n), None"),
-            std::string::npos);
+  EXPECT_NE(py.find("c_void_p(_pointer(\"X\", X, \"float32\", None, None, 0, False)), \n"
+                    "        c_void_p(_pointer(\"Y\", Y, \"float32\", None, None, 0, True)), c_int64(n), None"),
+            std::string::npos)
+      << py;
   std::string cpp = cpp_wrapper(*abi, Backend::kCpu);
   EXPECT_NE(cpp.find("extern \"C\" int cpu_kernel_abc(const float* X"), std::string::npos);
   EXPECT_NE(

@@ -217,6 +217,23 @@ TEST_F(CacheArchive, SinceAndMatchChooseEntries) {
   EXPECT_EQ(chosen(opts(std::nullopt, {m(("key=" + old_cpu.substr(0, 6) + "*").c_str())})), (std::set<std::string>{old_cpu}));
   EXPECT_EQ(chosen(opts(std::nullopt, {m("template=")})).size(), 3u);  // source mode: no template
   EXPECT_EQ(chosen(opts(std::nullopt, {m("template=gemm")})).size(), 0u);
+  EXPECT_EQ(chosen(opts(std::nullopt, {m("template=*")})).size(), 0u);  // "" is matched by "" alone
+  // A template kernel's manifest names its template as TemplateSpec::to_json() does.
+  const std::string gemm = [&] {
+    auto dir = a.make_staging();
+    EXPECT_TRUE(write_file(*dir / "kernel.so", "gemm"));
+    const std::string key = sha256_hex("gemm kernel");
+    EXPECT_TRUE(a.publish(*dir, key,
+                          {{"status", "ok"}, {"backend", "cpu"}, {"archs", {"x86-64-v3"}}, {"kernel_name", "cpu_gemm_1"},
+                           {"created_at", 1'800'000'000},
+                           {"template", {{"template", "gemm"}, {"params", json::object()}, {"reference", false}}}}));
+    return key;
+  }();
+  EXPECT_EQ(chosen(opts(std::nullopt, {m("template=gemm")})), (std::set<std::string>{gemm}));
+  EXPECT_EQ(chosen(opts(std::nullopt, {m("template=g*")})), (std::set<std::string>{gemm}));
+  EXPECT_EQ(chosen(opts(std::nullopt, {m("template=*")})), (std::set<std::string>{gemm}));
+  EXPECT_EQ(chosen(opts(std::nullopt, {m("template=")})).size(), 3u);
+  EXPECT_EQ(chosen(opts(std::nullopt, {m("template=conv")})).size(), 0u);
   EXPECT_EQ(chosen(opts(std::nullopt, {m("kernel_name=cuda_*")})), (std::set<std::string>{new_cuda}));
 
   EXPECT_EQ(*parse_since("1700000000"), 1'700'000'000);

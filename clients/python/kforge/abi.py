@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import operator
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 # Integer C types by name, after "const"/"__restrict__" are dropped (as the wrapper does);
 # any other non-pointer type not listed here is passed as int32, as the wrapper does.
@@ -48,6 +48,12 @@ class Arg:
     dtype: Optional[str] = None  # tensor: element type, when known
     const: bool = False  # tensor: read-only
     value: Optional[int] = None  # scalar: fixed by a template (the kernel's shape)
+    # tensor of a template kernel: what a call must pass. A size is a number or the name of
+    # the scalar that gives it at run time (a gemm's "M"); strides and offset in elements.
+    # None in source mode, whose kernels take their sizes at run time.
+    sizes: Optional[Tuple[Union[int, str], ...]] = None
+    strides: Optional[Tuple[int, ...]] = None
+    offset: int = 0
 
     @property
     def argtype(self) -> Any:
@@ -84,7 +90,10 @@ class Abi:
     def from_json(cls, j: Mapping[str, Any]) -> "Abi":
         args = tuple(
             Arg(name=a["name"], kind=a["kind"], ctype=a["ctype"], binds=a.get("binds"),
-                dtype=a.get("dtype"), const=bool(a.get("const", False)), value=a.get("value"))
+                dtype=a.get("dtype"), const=bool(a.get("const", False)), value=a.get("value"),
+                sizes=tuple(a["sizes"]) if a.get("sizes") is not None else None,
+                strides=tuple(a["strides"]) if a.get("strides") is not None else None,
+                offset=int(a.get("offset") or 0))
             for a in j["args"])
         kinds = [a.kind for a in args]
         if kinds[-3:] != ["workspace_size", "workspace", "stream"]:
@@ -120,3 +129,78 @@ class Abi:
                             f"({', '.join(a.binds or a.name for a in params)}), "
                             f"got {len(values)}; signature: {self.signature}")
         return [(a, values[i] if i < len(values) else a.value) for i, a in enumerate(params)]
+
+
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8,
+            "int8": 1, "int32": 4, "int64": 8, "uint8": 1}
+
+
+@dataclass(frozen=True)
+class View:
+    """What a buffer passed as a tensor is, as far as a kernel call cares."""
+
+    address: int
+    dtype: Optional[str]  # torch's and numpy's name ("float32"); None: a ctypes array
+    device: str  # "cpu", or torch's device type ("cuda" for CUDA and ROCm alike)
+    shape: Optional[Tuple[int, ...]]  # None: a flat buffer (a ctypes array)
+    strides: Optional[Tuple[int, ...]]  # elements
+    contiguous: bool
+    readonly: bool
+    nbytes: Optional[int]
+
+
+def check_tensor(what: str, arg: Arg, v: View, device: str, scalars: Mapping[str, Any]) -> None:
+    """Raises ValueError (naming ``what``) unless ``v`` is what ``arg`` takes: its dtype, on
+    ``device``, and, where the ABI has the tensor's layout, its sizes (a named size from
+    ``scalars``) and element strides. Where the kernel adds a storage offset, ``v`` must be the
+    whole storage: contiguous, holding every element the kernel touches. Mirrors the checks of
+    the server's generated wrapper (core/wrapper.cpp)."""
+    if v.device != device:
+        raise ValueError(f"{what} is on {v.device}; the kernel takes tensors on {device}")
+    if arg.dtype and v.dtype is not None and v.dtype != arg.dtype:
+        raise ValueError(f"{what} is {v.dtype}; the kernel takes {arg.dtype}")
+    if not arg.const and v.readonly:
+        raise ValueError(f"{what}: the kernel writes it, but the array is read-only")
+    if arg.sizes is None or arg.strides is None:
+        if not v.contiguous:
+            raise ValueError(f"{what} is not contiguous (strides {list(v.strides or ())}): "
+                             f"the kernel takes a dense array (numpy.ascontiguousarray, "
+                             f"tensor.contiguous())")
+        return
+    sizes = []
+    for d in arg.sizes:
+        if isinstance(d, str):
+            n = scalars.get(d)
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise TypeError(f"{what}: its size {d} is the scalar argument {d}, which is missing")
+            sizes.append(n)
+        else:
+            sizes.append(int(d))
+    need = arg.offset + 1 + sum((n - 1) * s for n, s in zip(sizes, arg.strides))
+    if any(n == 0 for n in sizes):
+        need = arg.offset
+    if v.shape is None or arg.offset:
+        item = ITEMSIZE.get(arg.dtype or "", 1)
+        have = (v.nbytes // item if v.nbytes is not None else
+                _numel(v.shape) if v.shape is not None else 0)
+        if not v.contiguous or have < need:
+            raise ValueError(f"{what}: the kernel reads it as a {sizes} tensor with strides "
+                             f"{list(arg.strides)} from element {arg.offset} on; pass its whole "
+                             f"storage (a contiguous buffer of at least {need} elements), not "
+                             + (f"shape {list(v.shape)}" if v.shape is not None
+                                else f"{have} elements"))
+        return
+    if tuple(v.shape) != tuple(sizes):
+        raise ValueError(f"{what} has shape {list(v.shape)}; the kernel was built for {sizes}")
+    strides = v.strides or ()
+    if any(n > 1 and e != s for n, e, s in zip(sizes, strides, arg.strides)):
+        raise ValueError(f"{what} has strides {list(strides)}; the kernel was built for "
+                         f"{list(arg.strides)}")
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+

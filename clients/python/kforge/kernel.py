@@ -1,9 +1,11 @@
 """A compiled kernel: its manifest, its files in the local cache, and a ctypes call.
 
 ``Kernel(...)(x, y, n)`` calls the exported function as the manifest's ``abi``
-says (see :mod:`kforge.abi`): tensors by address (numpy arrays, torch tensors,
-anything with ``.data_ptr()``), scalars by C type, then the workspace, asked of
-the kernel itself and allocated here unless given, and the stream.
+says (see :mod:`kforge.abi`): tensors by address (numpy arrays, torch tensors),
+each checked first against the ABI — dtype, device, and for template kernels the
+sizes and strides the kernel was built for — so a wrong array is a ValueError
+naming the argument, never a read out of bounds; scalars by C type, then the
+workspace, asked of the kernel itself and allocated here unless given, and the stream.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .abi import Abi, Arg
+from .abi import Abi, Arg, View, check_tensor
 from .errors import NotFound
 
 if TYPE_CHECKING:
@@ -40,6 +42,32 @@ def _address(v: Any, what: str) -> int:
         return ctypes.addressof(v)
     raise TypeError(f"{what}: expected a numpy array, a tensor with .data_ptr() or a ctypes "
                     f"array, not {type(v).__name__}")
+
+
+def _view(v: Any, what: str) -> View:
+    """What a call needs to know of a buffer: numpy arrays and torch tensors (or anything
+    shaped like one: ``data_ptr()``, ``stride()``, ``shape``, ``dtype``, ``device``) say it
+    all; a ctypes array only its address and size (checked against what the kernel touches
+    where the ABI knows it). Anything else says too little to be checked: TypeError."""
+    if _numpy_array(v):
+        item = v.dtype.itemsize
+        if any(s % item for s in v.strides):
+            raise ValueError(f"{what}: its byte strides {v.strides} are not whole elements")
+        return View(address=int(v.ctypes.data), dtype=str(v.dtype), device="cpu",
+                    shape=tuple(v.shape), strides=tuple(s // item for s in v.strides),
+                    contiguous=bool(v.flags.c_contiguous), readonly=not v.flags.writeable,
+                    nbytes=int(v.nbytes))
+    if _torch_tensor(v) or (hasattr(v, "data_ptr") and callable(getattr(v, "stride", None))):
+        device = getattr(v.device, "type", str(v.device))
+        return View(address=int(v.data_ptr()), dtype=str(v.dtype).replace("torch.", ""),
+                    device=device, shape=tuple(v.shape), strides=tuple(v.stride()),
+                    contiguous=bool(v.is_contiguous()), readonly=False,
+                    nbytes=int(v.numel() * v.element_size()))
+    if isinstance(v, ctypes.Array):
+        return View(address=ctypes.addressof(v), dtype=None, device="cpu", shape=None,
+                    strides=None, contiguous=True, readonly=False, nbytes=ctypes.sizeof(v))
+    raise TypeError(f"{what}: expected a numpy array, a torch tensor or a ctypes array, "
+                    f"not {type(v).__name__}")
 
 
 def _nbytes(v: Any) -> Optional[int]:
@@ -154,13 +182,17 @@ class Kernel:
         bound = self.abi.bind(values)
         tensors = [v for a, v in bound if a.kind == "tensor"]
         by_name = {a.name: v for a, v in bound}
+        scalars = {a.name: v for a, v in bound if a.kind == "scalar"}
+        # Every tensor is checked before anything runs, the workspace query included.
+        addresses = {a.name: self._tensor_address(a, v, scalars)
+                     for a, v in bound if a.kind == "tensor"}
         needed = self._query_workspace({a.name: v for a, v in bound if a.kind == "scalar"})
         ws_addr, ws_buffer = self._workspace(needed, workspace, tensors)  # alive until we return
         stream_handle = self._stream(stream, tensors)
         call: List[Any] = []
         for a in self.abi.args:
             if a.kind == "tensor":
-                call.append(ctypes.c_void_p(self._tensor_address(a, by_name[a.name])))
+                call.append(ctypes.c_void_p(addresses[a.name]))
             elif a.kind == "scalar":
                 call.append(a.convert_scalar(by_name[a.name]))
             elif a.kind == "workspace":
@@ -173,30 +205,13 @@ class Kernel:
         if rc != 0:
             raise RuntimeError(f"{self.name} returned {rc}")
 
-    def _tensor_address(self, arg: Arg, v: Any) -> int:
+    def _tensor_address(self, arg: Arg, v: Any, scalars: Mapping[str, Any]) -> int:
+        """``v``'s address, once it is checked to be what the ABI says ``arg`` takes (dtype,
+        device, sizes and strides: :func:`kforge.abi.check_tensor`); ValueError otherwise."""
         what = f"{self.name} argument {arg.binds or arg.name}"
-        if _numpy_array(v):
-            if self.backend != "cpu":
-                raise TypeError(f"{what}: a numpy array is host memory; a {self.backend} "
-                                f"kernel needs device memory")
-            if not v.flags.c_contiguous:
-                raise ValueError(f"{what}: the numpy array is not C-contiguous "
-                                 f"(use numpy.ascontiguousarray)")
-            if not arg.const and not v.flags.writeable:
-                raise ValueError(f"{what}: the kernel writes it, but the array is read-only")
-            self._check_dtype(what, arg, str(v.dtype))
-        elif _torch_tensor(v):
-            on_device = v.device.type != "cpu"
-            if on_device != (self.backend != "cpu"):
-                raise TypeError(f"{what}: a tensor on {v.device} cannot go to a "
-                                f"{self.backend} kernel")
-            self._check_dtype(what, arg, str(v.dtype).replace("torch.", ""))
-        return _address(v, what)
-
-    @staticmethod
-    def _check_dtype(what: str, arg: Arg, dtype: str) -> None:
-        if arg.dtype and dtype != arg.dtype:
-            raise TypeError(f"{what}: the kernel takes {arg.dtype}, not {dtype}")
+        view = _view(v, what)
+        check_tensor(what, arg, view, "cpu" if self.backend == "cpu" else "cuda", scalars)
+        return view.address
 
     def _workspace(self, needed: int, given: Any, tensors: Sequence[Any]) -> Tuple[int, Any]:
         """The workspace's address (0: none) and the object that keeps it alive."""
