@@ -93,6 +93,18 @@ int cache(const Options& o) {
   } else if (what == "export") {
     const auto t0 = std::chrono::steady_clock::now();
     auto snap = core::storage::ExportSnapshot::take(*store, export_opts);
+    if (snap && (*snap)->entries() == 0) {
+      // An archive of nothing is a mistake to say, not a file to leave: a filter that names
+      // a field's value wrongly, or the wrong --cache-dir.
+      std::string filters;
+      if (!o.since.empty()) filters += " --since " + o.since;
+      for (const auto& m : o.match) filters += " --match " + m;
+      std::cerr << "kforge cache export: no entry to export: "
+                << (filters.empty() ? "the cache " + store->root().string() + " holds no kernel"
+                                    : "none of the cache's kernels matches" + filters)
+                << "; nothing written\n";
+      return kExitFailed;
+    }
     auto bytes = !snap ? core::Result<uint64_t>(std::unexpected(snap.error()))
                  : o.archive == "-"
                      ? (*snap)->write([](const char* d, size_t n) { return std::fwrite(d, 1, n, stdout) == n; })

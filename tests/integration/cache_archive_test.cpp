@@ -279,12 +279,20 @@ TEST_F(CacheTransfer, CliFiltersAndUsage) {
             0)
       << err;
   EXPECT_EQ(json::parse(out)["entries"], 2);
-  ASSERT_EQ(kforge({"cache", "export", "--cache-dir", dir, "--since", "2999-01-01", "-o", (scratch_ / "y.tar.zst").string()}, &out),
-            0);
-  EXPECT_EQ(json::parse(out)["entries"], 0);
-  ASSERT_EQ(kforge({"cache", "export", "--cache-dir", dir, "--match", "backend=cuda", "-o", "-"}, &out, &err), 0) << err;
-  EXPECT_TRUE(out.starts_with("\x28\xb5\x2f\xfd")) << "not a zstd frame on stdout";  // the report went to stderr
-  EXPECT_EQ(json::parse(err)["entries"], 0);
+  // Nothing matched: an answer to read (exit 1, the filters named), and no archive left.
+  const fs::path empty = scratch_ / "y.tar.zst";
+  EXPECT_EQ(kforge({"cache", "export", "--cache-dir", dir, "--since", "2999-01-01", "-o", empty.string()}, &out, &err), 1);
+  EXPECT_NE(err.find("--since 2999-01-01"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(empty));
+  EXPECT_EQ(kforge({"cache", "export", "--cache-dir", dir, "--match", "template=gemm", "-o", "-"}, &out, &err), 1);
+  EXPECT_TRUE(out.empty()) << "nothing on stdout";
+  EXPECT_NE(err.find("--match template=gemm"), std::string::npos) << err;
+  EXPECT_EQ(kforge({"cache", "export", "--cache-dir", (scratch_ / "none").string(), "-o", empty.string()}, &out, &err), 1);
+  EXPECT_NE(err.find("holds no kernel"), std::string::npos) << err;
+  // To stdout, the archive is the output and the report goes to stderr.
+  ASSERT_EQ(kforge({"cache", "export", "--cache-dir", dir, "--match", "backend=cpu", "-o", "-"}, &out, &err), 0) << err;
+  EXPECT_TRUE(out.starts_with("\x28\xb5\x2f\xfd")) << "not a zstd frame on stdout";
+  EXPECT_EQ(json::parse(err)["entries"], 2);
   EXPECT_EQ(kforge({"cache", "export", "--cache-dir", dir, "--since", "soon", "-o", "z"}, &out, &err), 2);
   EXPECT_NE(err.find("--since"), std::string::npos) << err;
   EXPECT_EQ(kforge({"cache", "export", "--cache-dir", dir}, &out, &err), 2);
