@@ -79,6 +79,24 @@ bool has_token(std::string_view list, std::string_view token) {
   return false;
 }
 
+std::vector<std::pair<std::string_view, std::string_view>> split_query(std::string_view target) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) return out;
+  std::string_view query = target.substr(q + 1);
+  while (true) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (!pair.empty()) {
+      const size_t eq = pair.find('=');
+      out.emplace_back(pair.substr(0, eq), eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return out;
+}
+
 bool none_match(std::string_view value, std::string_view etag) {
   value = trim(value);
   if (value == "*") return true;

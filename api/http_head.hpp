@@ -92,4 +92,10 @@ ByteRange parse_range(std::string_view value, uint64_t size);
 // compared without regard to case.
 bool has_token(std::string_view list, std::string_view token);
 
+// The query of a request target as (name, value) pairs in order, not yet percent-decoded:
+// split at every `&` (empty pairs skipped) and each pair at its first `=` only, so that
+// `match=backend=cpu` is ("match", "backend=cpu") as the docs write it (httplib's own
+// params keep the part after the last `=`). A pair without `=` has an empty value.
+std::vector<std::pair<std::string_view, std::string_view>> split_query(std::string_view target);
+
 }  // namespace kforge::api

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/http_head.hpp"
 #include "api/problem.hpp"
 #include "core/hash.hpp"
 
@@ -41,26 +42,12 @@ inline void send_error(httplib::Response& res, const core::Error& e) {
   send_problem(res, problem_json(e));
 }
 
-// The query of a request as (name, value) pairs in order, each percent-decoded; a pair is
-// split at its first `=` only, so `match=backend=cpu` is ("match", "backend=cpu") as the
-// docs write it (httplib's own params keep the part after the last `=`).
+// The query of a request as (name, value) pairs in order (split_query, api/http_head.hpp),
+// each percent-decoded by httplib's decoder (`+` is a space).
 inline std::vector<std::pair<std::string, std::string>> query_pairs(const httplib::Request& req) {
   std::vector<std::pair<std::string, std::string>> out;
-  const size_t q = req.target.find('?');
-  if (q == std::string::npos) return out;
-  const std::string_view query = std::string_view(req.target).substr(q + 1);
-  size_t at = 0;
-  while (at <= query.size()) {
-    const size_t end = std::min(query.find('&', at), query.size());
-    const std::string_view pair = query.substr(at, end - at);
-    if (!pair.empty()) {
-      const size_t eq = pair.find('=');
-      const std::string name(pair.substr(0, eq));
-      const std::string value(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
-      out.emplace_back(httplib::detail::decode_url(name, true), httplib::detail::decode_url(value, true));
-    }
-    at = end + 1;
-  }
+  for (const auto& [name, value] : split_query(req.target))
+    out.emplace_back(httplib::detail::decode_url(std::string(name), true), httplib::detail::decode_url(std::string(value), true));
   return out;
 }
 

@@ -81,5 +81,15 @@ TEST(HttpHead, IfNoneMatchComparesWeaklyOverAList) {
   EXPECT_FALSE(none_match("", etag));
 }
 
+TEST(HttpHead, AQuerySplitsAtEveryAmpersandAndEachPairAtItsFirstEquals) {
+  using Pairs = std::vector<std::pair<std::string_view, std::string_view>>;
+  EXPECT_EQ(split_query("/cache/export?match=backend=cpu&since=2024-06-01"),
+            (Pairs{{"match", "backend=cpu"}, {"since", "2024-06-01"}}));
+  EXPECT_EQ(split_query("/jobs?&&limit=5&flag&=x&"), (Pairs{{"limit", "5"}, {"flag", ""}, {"", "x"}}));
+  EXPECT_EQ(split_query("/jobs?"), Pairs{});
+  EXPECT_EQ(split_query("/jobs"), Pairs{});
+  EXPECT_EQ(split_query("/k?a=%3D&b=1?2"), (Pairs{{"a", "%3D"}, {"b", "1?2"}})) << "decoding is the caller's";
+}
+
 }  // namespace
 }  // namespace kforge::api
