@@ -280,6 +280,7 @@ Toolchain discover_rocm(const Spawner& spawn, const std::string& path) {
 void add_opt_flags(std::vector<std::string>& argv, const CompileOptions& o, Backend b) {
   argv.push_back("-" + o.opt_level);
   if (o.fast_math) argv.push_back(b == Backend::kCuda ? "--use_fast_math" : "-ffast-math");
+  if (o.flush_denormals && b != Backend::kCpu) argv.push_back(b == Backend::kCuda ? "-ftz=true" : "-fgpu-flush-denormals-to-zero");
   if (o.debug_info) argv.push_back(b == Backend::kCuda ? "-lineinfo" : "-g");
 }
 
@@ -289,6 +290,7 @@ nlohmann::json CompileOptions::to_json() const {
   nlohmann::json j = {
       {"opt_level", opt_level}, {"fast_math", fast_math}, {"debug_info", debug_info}, {"aot", aot}};
   // Only when used, so that requests without them keep their keys.
+  if (flush_denormals) j["flush_denormals"] = true;
   if (!defines.empty()) {
     j["defines"] = nlohmann::json::object();
     for (const auto& [k, v] : defines) j["defines"][k] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);

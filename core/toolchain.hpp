@@ -31,6 +31,7 @@ namespace kforge::core {
 struct CompileOptions {
   std::string opt_level = "O3";  // O0 O1 O2 O3 Os
   bool fast_math = false;
+  bool flush_denormals = false;  // GPU float32 denormals as zero (Inductor's ROCm default)
   bool debug_info = false;
   bool aot = false;  // also keep the relocatable object (kernel.o)
   // -DNAME or -DNAME=VALUE; names and values are checked when parsed (no other flag fits).

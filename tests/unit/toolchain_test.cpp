@@ -349,6 +349,13 @@ TEST(Toolchain, CompileStepsPerBackend) {
   EXPECT_TRUE(has(rocm[0].argv, "-Rpass-analysis=kernel-resource-usage"));
   EXPECT_EQ(rocm[0].output, "kernel.o");
   EXPECT_TRUE(has(rocm[1].argv, "kernel.o") && has(rocm[1].argv, "-shared"));
+  EXPECT_FALSE(has(rocm[0].argv, "-fgpu-flush-denormals-to-zero"));
+
+  o.flush_denormals = true;
+  EXPECT_TRUE(has(fake(Backend::kRocm, {"gfx90a"}, std::nullopt).compile_steps({"gfx90a"}, o, "source.hip")[0].argv,
+                  "-fgpu-flush-denormals-to-zero"));
+  EXPECT_TRUE(has(fake(Backend::kCuda, {"sm_90"}, std::nullopt).compile_steps({"sm_90"}, o, "source.cu")[0].argv,
+                  "-ftz=true"));
 }
 
 TEST(Toolchain, KeyDependsOnEverythingThatChangesTheArtifact) {
