@@ -18,7 +18,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <set>
 
 #include "core/bench/runner/blas_call.hpp"
 #include "core/bench/runner/rocblas_kernels.hpp"
