@@ -33,6 +33,22 @@ thread_local const char* t_route = "unmatched";
 class HttpCore : public httplib::Server {
  public:
   using httplib::Server::process_request;
+  // One request from `strm`. httplib 0.11 (Debian 12) reads the peer's and its own address
+  // from the stream; later releases (0.18 of Debian 13) take them as arguments. A template,
+  // so that only the call this httplib has is compiled.
+  template <class Core = HttpCore>
+  bool serve_one(httplib::Stream& strm, bool& closed) {
+    Core& core = *this;
+    if constexpr (requires { core.process_request(strm, false, closed, nullptr); }) {
+      return core.process_request(strm, false, closed, nullptr);
+    } else {
+      std::string remote, local;
+      int remote_port = 0, local_port = 0;
+      strm.get_remote_ip_and_port(remote, remote_port);
+      strm.get_local_ip_and_port(local, local_port);
+      return core.process_request(strm, remote, remote_port, local, local_port, false, closed, nullptr);
+    }
+  }
   // httplib ends a streamed body (job events, an export) when its own listening socket is
   // gone; the front's socket stands in for it while the front serves.
   void serving(socket_t listening) { svr_sock_ = listening; }
@@ -293,7 +309,7 @@ void Server::access_log(const std::string& request_id, std::string_view method, 
 
 bool Server::serve(httplib::Stream& stream) {
   bool closed = false;
-  const bool ok = core_->process_request(stream, false, closed, nullptr);
+  const bool ok = core_->serve_one(stream, closed);
   return ok && !closed;
 }
 

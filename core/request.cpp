@@ -477,7 +477,8 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
     if (!o.is_object()) {
       c.add("/options", "must be an object");
     } else {
-      c.unknown_fields(o, "/options", {"opt_level", "fast_math", "debug_info", "aot", "defines", "includes"});
+      c.unknown_fields(o, "/options",
+                       {"opt_level", "fast_math", "flush_denormals", "debug_info", "aot", "defines", "includes"});
       if (o.contains("opt_level")) {
         static const std::set<std::string> kLevels = {"O0", "O1", "O2", "O3", "Os"};
         if (!o["opt_level"].is_string() || !kLevels.contains(o["opt_level"].get<std::string>())) {
@@ -494,6 +495,9 @@ Result<KernelRequest> parse_kernel_request(const nlohmann::json& body,
           dst = o[name].get<bool>();
       };
       flag("fast_math", req.options.fast_math);
+      flag("flush_denormals", req.options.flush_denormals);
+      if (req.options.flush_denormals && req.backend == Backend::kCpu)
+        c.add("/options/flush_denormals", "a GPU option (hipcc -fgpu-flush-denormals-to-zero, nvcc -ftz=true); g++ has none");
       flag("debug_info", req.options.debug_info);
       flag("aot", req.options.aot);
       if (!req.export_name.empty()) req.options.aot = true;

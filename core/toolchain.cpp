@@ -88,6 +88,7 @@ Toolchain discover_cpu(const Spawner& spawn, const std::string& path) {
     return tc;
   }
   tc.version_text = version->substr(0, version->find('\n'));
+  tc.release = compiler_release(Backend::kCpu, tc.version_text);
   if (auto help = probe(spawn, {tc.compiler.string(), "-Q", "--help=target"}, tc.search_path)) {
     auto pos = help->find("Known valid arguments for -march= option:");
     if (pos != std::string::npos) {
@@ -143,12 +144,36 @@ Toolchain discover_cuda(const Spawner& spawn, const std::string& path) {
   }
   tc.version_text = *version;
   while (!tc.version_text.empty() && tc.version_text.back() == '\n') tc.version_text.pop_back();
+  tc.release = compiler_release(Backend::kCuda, tc.version_text);
+  // kforge's -gencode names the real and the virtual arch (code=[sm_XX,compute_XX]): an arch
+  // is offered only where nvcc lists both.
+  std::set<std::string> virtual_archs;
+  if (auto list = probe(spawn, {tc.compiler.string(), "--list-gpu-arch"}, tc.search_path)) {
+    for (auto& w : words(*list)) {
+      if (w.starts_with("compute_")) virtual_archs.insert(w.substr(8));
+    }
+  }
+  // nvcc lists no arch-specific target (sm_90a): each is offered where a dry run of the
+  // -gencode kforge would pass is accepted (sm_89a is not, sm_90a and sm_100a are).
+  auto gencode_accepted = [&](const std::string& num) {
+    return probe(spawn, {tc.compiler.string(), "--dryrun", "-gencode",
+                         "arch=compute_" + num + ",code=[sm_" + num + ",compute_" + num + "]",
+                         "-x", "cu", "-c", "/dev/null", "-o", "/dev/null"},
+                 tc.search_path)
+        .has_value();
+  };
   if (auto codes = probe(spawn, {tc.compiler.string(), "--list-gpu-code"}, tc.search_path)) {
     for (auto& w : words(*codes)) {
       if (!w.starts_with("sm_")) continue;
+      const std::string num = w.substr(3);
+      if (!virtual_archs.empty() && !virtual_archs.contains(num)) {
+        tc.unbuildable[w] = "nvcc --list-gpu-code lists " + w + " but --list-gpu-arch has no compute_" + num +
+                            ", and kforge's -gencode needs both";
+        continue;
+      }
       tc.archs.push_back(w);
       // Architecture-specific feature sets (wgmma, tcgen05) exist from sm_90 on.
-      if (std::atoi(w.c_str() + 3) >= 90) tc.archs.push_back(w + "a");
+      if (std::atoi(num.c_str()) >= 90 && gencode_accepted(num + "a")) tc.archs.push_back(w + "a");
     }
   }
   if (tc.archs.empty()) {
@@ -190,28 +215,50 @@ Toolchain discover_rocm(const Spawner& spawn, const std::string& path) {
   }
   tc.version_text = *version;
   while (!tc.version_text.empty() && tc.version_text.back() == '\n') tc.version_text.pop_back();
-  // The accepted gfx targets are those of the LLVM that hipcc drives.
+  tc.release = compiler_release(Backend::kRocm, tc.version_text);
+  // The gfx targets known are those of the LLVM that hipcc drives.
   std::smatch m;
   static const std::regex kClang(R"(clang version (\d+))");
   std::vector<std::string> llcs;
-  if (std::regex_search(tc.version_text, m, kClang))
-    llcs.push_back("/usr/lib/llvm-" + m[1].str() + "/bin/llc");
+  std::string clang_major;
+  if (std::regex_search(tc.version_text, m, kClang)) {
+    clang_major = m[1].str();
+    llcs.push_back("/usr/lib/llvm-" + clang_major + "/bin/llc");
+  }
   llcs.push_back(rocm + "/llvm/bin/llc");
   for (const auto& llc : llcs) {
     if (::access(llc.c_str(), X_OK) != 0) continue;
-    if (auto help = probe(spawn, {llc, "-march=amdgcn", "-mcpu=help"}, tc.search_path)) {
-      static const std::regex kGfx(R"(\b(gfx[0-9a-f]+)\s+-)");
-      std::set<std::string> seen;
-      for (auto it = std::sregex_iterator(help->begin(), help->end(), kGfx);
-           it != std::sregex_iterator(); ++it) {
-        if (seen.insert((*it)[1].str()).second) tc.archs.push_back((*it)[1].str());
-      }
-    }
+    if (auto help = probe(spawn, {llc, "-march=amdgcn", "-mcpu=help"}, tc.search_path)) tc.archs = amdgcn_cpus(*help);
     if (!tc.archs.empty()) break;
   }
   if (tc.archs.empty()) {
     // No llc to ask: the targets every ROCm release since 5.0 compiles for.
     tc.archs = {"gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030", "gfx1100"};
+  }
+  // Built are only those whose device library is installed (Debian 12's hipcc 5.2 has LLVM 15,
+  // which knows gfx1100, and device libraries 5.2, which lack it): where the driver links them,
+  // else where Debian and ROCm put them.
+  auto driver = probe(spawn, {tc.compiler.string(), "--offload-arch=gfx90a", "-###", "-x", "hip", "-c", "/dev/null",
+                              "-o", "/dev/null"},
+                      tc.search_path);
+  fs::path libs = driver ? rocm_device_lib_dir(*driver) : fs::path();
+  std::vector<std::string> places = {rocm + "/amdgcn/bitcode", "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode"};
+  if (!clang_major.empty()) places.push_back("/usr/lib/llvm-" + clang_major + "/lib/clang/" + clang_major + "/amdgcn/bitcode");
+  for (const auto& p : places) {
+    if (libs.empty() && ::access((p + "/ocml.bc").c_str(), R_OK) == 0) libs = p;
+  }
+  if (libs.empty()) {
+    std::string where;
+    for (const auto& p : places) where += (where.empty() ? "" : ", ") + p;
+    tc.reason = "hipcc's ROCm device libraries were not found (`" + tc.compiler.string() +
+                " -###` links none, and none is in " + where + "): it cannot build for any target";
+    return tc;
+  }
+  tc.device_libs = libs;
+  tc.archs = rocm_buildable_archs(tc.archs, libs, tc.unbuildable);
+  if (tc.archs.empty()) {
+    tc.reason = "the ROCm device libraries in " + libs.string() + " build none of the targets hipcc's LLVM knows";
+    return tc;
   }
   fs::path agents = find_program("rocm_agent_enumerator", path);
   auto listed = agents.empty() || ::access("/dev/kfd", R_OK) != 0
@@ -233,6 +280,7 @@ Toolchain discover_rocm(const Spawner& spawn, const std::string& path) {
 void add_opt_flags(std::vector<std::string>& argv, const CompileOptions& o, Backend b) {
   argv.push_back("-" + o.opt_level);
   if (o.fast_math) argv.push_back(b == Backend::kCuda ? "--use_fast_math" : "-ffast-math");
+  if (o.flush_denormals && b != Backend::kCpu) argv.push_back(b == Backend::kCuda ? "-ftz=true" : "-fgpu-flush-denormals-to-zero");
   if (o.debug_info) argv.push_back(b == Backend::kCuda ? "-lineinfo" : "-g");
 }
 
@@ -242,6 +290,7 @@ nlohmann::json CompileOptions::to_json() const {
   nlohmann::json j = {
       {"opt_level", opt_level}, {"fast_math", fast_math}, {"debug_info", debug_info}, {"aot", aot}};
   // Only when used, so that requests without them keep their keys.
+  if (flush_denormals) j["flush_denormals"] = true;
   if (!defines.empty()) {
     j["defines"] = nlohmann::json::object();
     for (const auto& [k, v] : defines) j["defines"][k] = v ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -263,6 +312,7 @@ std::string Toolchain::version_line() const {
 
 nlohmann::json Toolchain::to_json() const {
   nlohmann::json j = {{"backend", backend_name(backend)}, {"available", available}};
+  if (!release.empty()) j["release"] = release;
   if (!available) {
     j["status"] = "unavailable";
     j["reason"] = reason;
@@ -274,6 +324,8 @@ nlohmann::json Toolchain::to_json() const {
   j["version"] = version_text;
   j["identity"] = identity;
   j["archs"] = archs;
+  j["unbuildable"] = unbuildable;
+  if (backend == Backend::kRocm) j["device_libs"] = device_libs.string();
   j["native"] = native ? nlohmann::json(*native) : nlohmann::json(nullptr);
   if (!native) j["native_reason"] = native_reason;
   if (backend == Backend::kCpu) {
@@ -324,8 +376,12 @@ Result<std::vector<std::string>> Toolchain::resolve_archs(const std::vector<std:
       }
     }
     if (std::find(archs.begin(), archs.end(), base) == archs.end()) {
-      Error e = Error::bad_field(f, "arch `" + arch + "` is not accepted by " + compiler.string() +
-                                        "; accepted: " + accepted_list());
+      const auto why = unbuildable.find(base);
+      Error e = Error::bad_field(
+          f, why != unbuildable.end()
+                 ? "arch `" + arch + "` cannot be built by " + compiler.string() + ": " + why->second +
+                       "; accepted: " + accepted_list()
+                 : "arch `" + arch + "` is not accepted by " + compiler.string() + "; accepted: " + accepted_list());
       e.extra["accepted_archs"] = archs;
       return std::unexpected(e);
     }
@@ -371,6 +427,62 @@ std::string Toolchain::cpu_cannot_run(const std::string& target) const {
   for (const auto& f : missing) list += (list.empty() ? "" : " ") + f;
   return "this host's CPU lacks " + list + " (native here is " + *native +
          "): a kernel built for `" + target + "` would die of SIGILL";
+}
+
+std::vector<std::string> amdgcn_cpus(const std::string& llc_help) {
+  // The features that follow the processors have gfx names too (gfx9, gfx10, gfx90a-insts).
+  const std::string cpus = llc_help.substr(0, llc_help.find("Available features"));
+  static const std::regex kGfx(R"(\b(gfx[0-9a-f]+)\s+-)");
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (auto it = std::sregex_iterator(cpus.begin(), cpus.end(), kGfx); it != std::sregex_iterator(); ++it) {
+    if (seen.insert((*it)[1].str()).second) out.push_back((*it)[1].str());
+  }
+  return out;
+}
+
+fs::path rocm_device_lib_dir(const std::string& driver_output) {
+  static const std::regex kIsa(R"re(([^"\s]*)/oclc_isa_version_[0-9a-f]+\.bc)re");
+  std::smatch m;
+  if (std::regex_search(driver_output, m, kIsa)) return fs::path(m[1].str());
+  return {};
+}
+
+std::vector<std::string> rocm_buildable_archs(const std::vector<std::string>& known, const fs::path& dir,
+                                              std::map<std::string, std::string>& unbuildable) {
+  std::error_code ec;
+  bool split = false;  // whether these device libraries have one ISA-version file per target
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().starts_with("oclc_isa_version_")) {
+      split = true;
+      break;
+    }
+  }
+  if (!split) return known;
+  std::vector<std::string> out;
+  for (const auto& arch : known) {
+    const std::string lib = "oclc_isa_version_" + arch.substr(arch.starts_with("gfx") ? 3 : 0) + ".bc";
+    if (fs::exists(dir / lib, ec)) {
+      out.push_back(arch);
+    } else {
+      unbuildable[arch] = "its ROCm device library " + lib + " is not in " + dir.string() +
+                          " (hipcc's LLVM knows the target; the installed device libraries do not)";
+    }
+  }
+  return out;
+}
+
+std::string compiler_release(Backend backend, const std::string& version_text) {
+  static const std::regex kGcc(R"((\d+\.\d+(?:\.\d+)?)\s*$)"), kCuda(R"(release (\d+\.\d+))"),
+      kHip(R"(HIP version: (\d+\.\d+))");
+  const std::string first = version_text.substr(0, version_text.find('\n'));
+  std::smatch m;
+  switch (backend) {
+    case Backend::kCpu: return std::regex_search(first, m, kGcc) ? m[1].str() : "";
+    case Backend::kCuda: return std::regex_search(version_text, m, kCuda) ? m[1].str() : "";
+    case Backend::kRocm: return std::regex_search(version_text, m, kHip) ? m[1].str() : "";
+  }
+  return "";
 }
 
 std::string cuda_native_arch(std::string compute_cap, const std::vector<std::string>& archs) {

@@ -31,6 +31,7 @@ namespace kforge::core {
 struct CompileOptions {
   std::string opt_level = "O3";  // O0 O1 O2 O3 Os
   bool fast_math = false;
+  bool flush_denormals = false;  // GPU float32 denormals as zero (Inductor's ROCm default)
   bool debug_info = false;
   bool aot = false;  // also keep the relocatable object (kernel.o)
   // -DNAME or -DNAME=VALUE; names and values are checked when parsed (no other flag fits).
@@ -53,8 +54,13 @@ struct Toolchain {
   std::string reason;              // why unavailable
   std::filesystem::path compiler;  // realpath
   std::string version_text;
+  std::string release;                // the release it reports: g++ "12.2.0", CUDA "13.0", ROCm (HIP) "5.7"
   std::string identity;               // sha256(realpath + "\n" + version text)
-  std::vector<std::string> archs;     // accepted targets
+  std::vector<std::string> archs;     // the targets it can build here, and only those
+  // Targets the compiler knows but cannot build here, each with the reason (rocm: the target's
+  // device library is not installed); never in `archs`, and asked for they are a 400 saying why.
+  std::map<std::string, std::string> unbuildable;
+  std::filesystem::path device_libs;  // rocm: the directory of hipcc's device libraries
   std::optional<std::string> native;  // what `native` resolves to here
   std::string native_reason;          // why `native` cannot be resolved
   std::string search_path;            // PATH handed to the compiler
@@ -98,6 +104,22 @@ struct Toolchain {
 // an array with one object per (function, arch). Empty for cpu.
 nlohmann::json parse_resource_usage(Backend backend, const std::string& log,
                                     const std::vector<std::string>& archs);
+
+// rocm: the gfx processors of `llc -march=amdgcn -mcpu=help` (not its features, some of
+// which have gfx names), in order.
+std::vector<std::string> amdgcn_cpus(const std::string& llc_help);
+// rocm: the directory of the device libraries that a `hipcc --offload-arch=X -###` run links
+// (the one holding oclc_isa_version_<N>.bc), or empty when the output names none.
+std::filesystem::path rocm_device_lib_dir(const std::string& driver_output);
+// rocm: which of `known` (the gfx targets of hipcc's LLVM, in order) the device libraries in
+// `dir` can build: a target gfxN needs oclc_isa_version_N.bc, or clang stops with "cannot find
+// ROCm device library for gfxN". The others are put in `unbuildable` with the reason. Device
+// libraries without any oclc_isa_version file (later ROCm releases dropped them) filter nothing.
+std::vector<std::string> rocm_buildable_archs(const std::vector<std::string>& known,
+                                              const std::filesystem::path& dir,
+                                              std::map<std::string, std::string>& unbuildable);
+// The release a compiler's version text names ("12.2.0", "13.0", "5.7"), or "".
+std::string compiler_release(Backend backend, const std::string& version_text);
 
 // What `native` means for an NVIDIA device of compute capability `compute_cap` ("9.0"):
 // the arch-specific target (sm_90a: wgmma, setmaxnreg) where nvcc accepts one, since native

@@ -4,9 +4,9 @@
 // inputs feed the epilogue (`add`/`mul`), broadcast against [B,M,N] like torch.
 // Backends: cpu (packed, cache-blocked, vectorized, OpenMP), cuda (on sm_90a, warp-specialized
 // wgmma fed by TMA; elsewhere mma.sync tensor cores with a cp.async multi-stage pipeline for
-// 16-bit types; SIMT for float32), rocm (MFMA on gfx90a/gfx908, a plain LDS-tiled kernel
-// elsewhere). render(reference=true) gives the naive one-output-per-thread kernel that
-// verification trusts. The template (gemm.cpp) hands each backend its part through
+// 16-bit types; SIMT for float32), rocm (MFMA on gfx908/gfx90a/gfx94x/gfx950, a plain
+// LDS-tiled kernel elsewhere). render(reference=true) gives the naive one-output-per-thread
+// kernel that verification trusts. The template (gemm.cpp) hands each backend its part through
 // gemm_backend.hpp; the kernel text is in core/templates/gemm/ (docs/TEMPLATES.md).
 #pragma once
 

@@ -74,11 +74,13 @@ std::string RocmGemm::render(const TemplateRequest& req, const GemmProblem& p, c
   s.set("DECL", sig.declaration()).set("NULLCHECKS", sig.null_checks("  "));
   s.set("a_kfast", std::string(p.sAk == 1 ? "true" : "false")).set("b_kfast", std::string(p.sBk == 1 && p.sBn != 1 ? "true" : "false"));
   const char* step = "step_f32";
-  std::string cond = "defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__)";
+  // CDNA 3 (gfx940, gfx941, gfx942: MI300) and CDNA 4 (gfx950: MI350) keep these builtins.
+  const std::string cdna3 = "defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)";
+  std::string cond = "defined(__gfx908__) || defined(__gfx90a__) || " + cdna3;
   if (p.ab == Dtype::kFloat16) step = "step_f16";
   if (p.ab == Dtype::kBFloat16) {
     step = "step_bf16";
-    cond = "defined(__gfx90a__) || defined(__gfx940__)";  // the _1k bf16 MFMA starts with gfx90a
+    cond = "defined(__gfx90a__) || " + cdna3;  // the _1k bf16 MFMA starts with gfx90a
   }
   s.set("mfma_cond", cond);
   std::ostringstream src;

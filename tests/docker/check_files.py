@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """What can be checked of docker/ without running it: docker/compose.yaml (and the CUDA
-override) as a real YAML parser reads it, against the repository's files, and both
+override) as a real YAML parser reads it, against the repository's files, and the three
 Dockerfiles against what docs/OPERATIONS.md ("Containers") says they are. The CUDA image
 cannot be built on CI machines (NVIDIA's registry is out of reach), so this is all it gets
-there; tests/docker/run.sh builds and runs the Debian one.
+there; tests/docker/run.sh builds and runs the Debian 12 one, tests/docker/rocm.sh the
+Debian 13 ROCm one.
 
 Usage: tests/docker/check_files.py [SOURCE_DIR]. Exit 0 passed, 1 failed, 77 skipped (no
 python3-yaml: scripts/setup.sh installs it).
@@ -255,20 +256,30 @@ def check_compose():
           f"docker/nginx/kforge.conf: no upstream without its compose service ({sorted(ups)})")
     nginx_accepts(include[0] if include else None)
 
-    rel = "docker/compose.cuda.yaml"
+    gpu_override("docker/compose.cuda.yaml", "docker/Dockerfile.cuda", kforge,
+                 lambda s: any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", [])
+                               for d in s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])),
+                 "reserves the NVIDIA GPUs")
+    gpu_override("docker/compose.rocm.yaml", "docker/Dockerfile.rocm", kforge,
+                 lambda s: {"/dev/kfd", "/dev/dri"} <= set(s.get("devices", [])) and len(s.get("group_add", [])) == 2,
+                 "gets /dev/kfd and /dev/dri and the host's video and render groups")
+
+
+def gpu_override(rel, dockerfile_rel, kforge, has_gpus, gpus_what):
+    """A GPU host's override of docker/compose.yaml: every kforge instance, and nothing else,
+    built from the GPU image and given the GPUs."""
+    import yaml
+
     with open(os.path.join(SRC, rel), encoding="utf-8") as f:
-        cuda = yaml.safe_load(f)
+        over = yaml.safe_load(f).get("services", {})
     check(True, f"{rel}: parses as YAML")
-    over = cuda.get("services", {})
     check(set(over) == set(kforge), f"{rel}: overrides every kforge instance and nothing else ({sorted(over)})")
     for name, s in over.items():
         check(set(s) <= SERVICE_KEYS, f"{rel}: {name} uses Compose service keys only ({sorted(set(s) - SERVICE_KEYS) or 'yes'})")
         build = s.get("build", {})
         dockerfile = os.path.join(host_path(DOCKER, build.get("context", ".")), build.get("dockerfile", ""))
-        check(os.path.relpath(dockerfile, SRC) == "docker/Dockerfile.cuda", f"{rel}: {name} builds docker/Dockerfile.cuda")
-        devices = s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
-        check(any(d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) for d in devices),
-              f"{rel}: {name} reserves the NVIDIA GPUs")
+        check(os.path.relpath(dockerfile, SRC) == dockerfile_rel, f"{rel}: {name} builds {dockerfile_rel}")
+        check(has_gpus(s), f"{rel}: {name} {gpus_what}")
 
 
 def nginx_accepts(locations_path):
@@ -317,6 +328,13 @@ def main():
     check_dockerfile("docker/Dockerfile.cuda", images.get("docker/Dockerfile.cuda"), "kforge-runner-cuda")
     check(re.fullmatch(r"nvidia/cuda:13\.0\.\d+-devel-ubuntu24\.04", images.get("docker/Dockerfile.cuda", {}).get("base", "")),
           "docker/Dockerfile.cuda: the base is NVIDIA's CUDA 13.0 devel image on Ubuntu 24.04")
+    check_dockerfile("docker/Dockerfile.rocm", images.get("docker/Dockerfile.rocm"), "kforge-runner-rocm")
+    rocm = images.get("docker/Dockerfile.rocm", {})
+    check(rocm.get("base") == "debian:trixie" and {"hipcc", "librocblas0"} <= rocm.get("runtime", set())
+          and "librocblas-dev" in rocm.get("build", set()),
+          "docker/Dockerfile.rocm: Debian 13 with its hipcc (ROCm 5.7) and rocBLAS, built against and shipped")
+    check("-DKFORGE_ROCBLAS=ON" in read("docker/Dockerfile.rocm"),
+          "docker/Dockerfile.rocm: kforge-runner-rocm must link rocBLAS (-DKFORGE_ROCBLAS=ON)")
     check_compose()
     check_settings_documented()
     print(f"check_files: {len(failures)} failed")

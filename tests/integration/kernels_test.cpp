@@ -337,6 +337,39 @@ TEST_F(Kernels, HipSourceForGfx90aAndGfx1030) {
   EXPECT_EQ(res_archs, (std::set<std::string>{"gfx90a", "gfx1030"}));
 }
 
+// Only what this hipcc can build is offered: each listed target has its device library, and
+// one that the LLVM knows but the device libraries lack (gfx1100 with Debian 12's hipcc 5.2) is
+// a 400 naming the missing library, answered before any compiler runs, never a 422 after one.
+TEST_F(Kernels, RocmOffersOnlyTargetsWithTheirDeviceLibrary) {
+  if (!backend_ready("rocm")) return;
+  const json rocm = get(*server_, "/toolchains").body["rocm"];
+  const fs::path libs = rocm["device_libs"].get<std::string>();
+  ASSERT_FALSE(libs.empty()) << rocm.dump();
+  EXPECT_FALSE(rocm["release"].get<std::string>().empty()) << rocm.dump();
+  bool split = false;  // device libraries with one ISA-version file per target
+  for (const auto& e : fs::directory_iterator(libs)) split |= e.path().filename().string().starts_with("oclc_isa_version_");
+  for (const auto& arch : rocm["archs"]) {
+    const std::string a = arch;
+    EXPECT_TRUE(a.starts_with("gfx") && a.size() > 4) << a;  // a processor, not a feature (gfx9, gfx10)
+    if (split) {
+      EXPECT_TRUE(fs::exists(libs / ("oclc_isa_version_" + a.substr(3) + ".bc"))) << a << " is offered without its device library";
+    }
+  }
+  if (!rocm["unbuildable"].contains("gfx1100")) GTEST_SKIP() << "this hipcc builds gfx1100 (" << rocm["release"] << ")";
+  EXPECT_FALSE(std::count(rocm["archs"].begin(), rocm["archs"].end(), "gfx1100"));
+  const double runs = metric(*server_, "kforge_compiler_runs_total");
+  auto r = post_json(*server_, "/kernels", request("rocm", {"gfx90a", "gfx1100"}, kHipSource));
+  ASSERT_EQ(r.status, 400) << r.raw;
+  EXPECT_EQ(r.body["errors"][0]["field"], "/arch/1") << r.raw;
+  const std::string detail = r.body["detail"];
+  EXPECT_NE(detail.find("cannot be built"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("oclc_isa_version_1100.bc"), std::string::npos) << detail;
+  EXPECT_NE(detail.find(libs.string()), std::string::npos) << detail;
+  EXPECT_TRUE(r.body["accepted_archs"].is_array());
+  EXPECT_EQ(metric(*server_, "kforge_compiler_runs_total"), runs);
+  EXPECT_EQ(cache_entries(cache()), 0u);
+}
+
 TEST_F(Kernels, CompileErrorIs422WithLogAndIsCachedNegatively) {
   std::string bad = std::string(kCpuSource) + "\nint broken( { }\n";
   auto r = post_json(*server_, "/kernels", request("cpu", "native", bad));

@@ -58,6 +58,22 @@ TEST(Request, EveryBadFieldIsNamed) {
       "/options/aot"));
 }
 
+// Inductor's ROCm compiles flush denormals by default (-fgpu-flush-denormals-to-zero): an option
+// of the GPU backends, in the key only when asked (older requests keep their keys), and a 400 on
+// cpu, whose g++ has no such flag.
+TEST(Request, FlushDenormalsIsAGpuOption) {
+  auto r = parse_kernel_request(json{{"backend", "rocm"}, {"source", "x"}, {"options", {{"flush_denormals", true}}}});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_TRUE(r->options.flush_denormals);
+  EXPECT_EQ(r->options.to_json()["flush_denormals"], true);
+  EXPECT_FALSE(CompileOptions{}.to_json().contains("flush_denormals"));
+  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"flush_denormals", true}}}}),
+                          "/options/flush_denormals"));
+  EXPECT_TRUE(parse_kernel_request(json{{"backend", "cpu"}, {"source", "x"}, {"options", {{"flush_denormals", false}}}}));
+  EXPECT_TRUE(names_field(parse_error(json{{"backend", "cuda"}, {"source", "x"}, {"options", {{"flush_denormals", 1}}}}),
+                          "/options/flush_denormals"));
+}
+
 TEST(Request, UnknownFieldsAreRejectedNotIgnored) {
   Error e = parse_error(json{{"backend", "cpu"}, {"source", "x"}, {"sorce", "y"}});
   EXPECT_TRUE(names_field(e, "/sorce"));

@@ -2,13 +2,21 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <set>
 
 #include "core/build.hpp"
+#include "unit/scratch.hpp"
 
 namespace kforge::core {
 namespace {
+
+namespace fs = std::filesystem;
+using testing::Scratch;
 
 Toolchain fake(Backend b, std::vector<std::string> archs, std::optional<std::string> native) {
   Toolchain tc;
@@ -41,6 +49,177 @@ TEST(Toolchain, ResolvesNativeAndChecksArchs) {
   auto no_native = fake(Backend::kCuda, {"sm_80"}, std::nullopt).resolve_archs({"native"}, "/arch");
   ASSERT_FALSE(no_native);
   EXPECT_NE(no_native.error().message.find("no device here"), std::string::npos);
+}
+
+TEST(Toolchain, ATargetTheCompilerKnowsButCannotBuildIsA400SayingWhy) {
+  auto rocm = fake(Backend::kRocm, {"gfx90a", "gfx942"}, std::nullopt);
+  rocm.unbuildable["gfx1100"] = "its ROCm device library oclc_isa_version_1100.bc is not in /lib/bitcode";
+  auto bad = rocm.resolve_archs({"gfx90a", "gfx1100:xnack-"}, "/arch");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().kind, ErrorKind::kBadRequest);
+  EXPECT_EQ(bad.error().fields.at(0).field, "/arch/1");
+  EXPECT_NE(bad.error().message.find("`gfx1100:xnack-` cannot be built by /usr/bin/hipcc: its ROCm device library "
+                                     "oclc_isa_version_1100.bc is not in /lib/bitcode"),
+            std::string::npos)
+      << bad.error().message;
+  EXPECT_EQ(bad.error().extra["accepted_archs"], (nlohmann::json{"gfx90a", "gfx942"}));
+  // A target nobody knows keeps the plain answer.
+  auto unknown = rocm.resolve_archs({"gfx9999"}, "/arch");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("is not accepted by"), std::string::npos);
+  EXPECT_EQ(rocm.to_json()["unbuildable"]["gfx1100"], rocm.unbuildable["gfx1100"]);
+}
+
+// What Debian 12's hipcc 5.2 has: LLVM 15 knows gfx1100 and gfx940, device libraries 5.2 have
+// gfx940's but not gfx1100's (and, like every release, nothing for the features named gfx9/gfx10).
+TEST(RocmTargets, OnlyThoseWithTheirDeviceLibraryAreOffered) {
+  Scratch dir;
+  for (const char* f : {"ocml.bc", "oclc_isa_version_90a.bc", "oclc_isa_version_940.bc", "oclc_isa_version_1030.bc"})
+    std::ofstream(dir / f) << "BC";
+  std::map<std::string, std::string> why;
+  EXPECT_EQ(rocm_buildable_archs({"gfx1030", "gfx1100", "gfx90a", "gfx940", "gfx942"}, dir.path(), why),
+            (std::vector<std::string>{"gfx1030", "gfx90a", "gfx940"}));
+  ASSERT_EQ(why.size(), 2u);
+  EXPECT_NE(why["gfx1100"].find("oclc_isa_version_1100.bc is not in " + dir.path().string()), std::string::npos) << why["gfx1100"];
+  EXPECT_NE(why["gfx942"].find("oclc_isa_version_942.bc"), std::string::npos);
+  // Device libraries without per-target ISA files (later ROCm releases) filter nothing.
+  Scratch merged;
+  std::ofstream(merged / "ocml.bc") << "BC";
+  why.clear();
+  EXPECT_EQ(rocm_buildable_archs({"gfx1100", "gfx942"}, merged.path(), why), (std::vector<std::string>{"gfx1100", "gfx942"}));
+  EXPECT_TRUE(why.empty());
+}
+
+TEST(RocmTargets, TheDriverNamesWhereItsDeviceLibrariesAre) {
+  // `hipcc --offload-arch=gfx90a -### ...` of Debian 12 (its hipcc passes --hip-device-lib-path)
+  // and of Debian 13 (clang finds them in its resource directory).
+  EXPECT_EQ(rocm_device_lib_dir(R"( "-mlink-builtin-bitcode" "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/ocml.bc" )"
+                                R"("-mlink-builtin-bitcode" "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode/oclc_isa_version_90a.bc")"),
+            "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode");
+  EXPECT_EQ(rocm_device_lib_dir("-mlink-builtin-bitcode /usr/lib/llvm-17/lib/clang/17/amdgcn/bitcode/oclc_isa_version_90a.bc\n"),
+            "/usr/lib/llvm-17/lib/clang/17/amdgcn/bitcode");
+  EXPECT_EQ(rocm_device_lib_dir("clang: error: cannot find ROCm device library for gfx90a"), "");
+}
+
+TEST(RocmTargets, TheProcessorsOfLlcNotItsFeatures) {
+  const std::string help =
+      "Available CPUs for this target:\n\n  fiji        - Select the fiji processor.\n"
+      "  gfx1100     - Select the gfx1100 processor.\n  gfx90a      - Select the gfx90a processor.\n"
+      "  gfx942      - Select the gfx942 processor.\n\nAvailable features for this target:\n\n"
+      "  gfx10                                 - GFX10 GPU generation.\n"
+      "  gfx90a-insts                          - Additional instructions for GFX90A+.\n"
+      "  gfx9                                  - GFX9 GPU generation.\n";
+  EXPECT_EQ(amdgcn_cpus(help), (std::vector<std::string>{"gfx1100", "gfx90a", "gfx942"}));
+}
+
+TEST(Toolchain, ReleaseFromEachCompilersVersionText) {
+  EXPECT_EQ(compiler_release(Backend::kCpu, "g++ (Debian 12.2.0-14) 12.2.0"), "12.2.0");
+  EXPECT_EQ(compiler_release(Backend::kCpu, "x86_64-linux-gnu-g++-14 (Debian 14.2.0-19) 14.2.0"), "14.2.0");
+  EXPECT_EQ(compiler_release(Backend::kCuda,
+                             "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88\n"),
+            "13.0");
+  EXPECT_EQ(compiler_release(Backend::kRocm, "HIP version: 5.7.31921-0\nDebian clang version 17.0.6 (22+b2)"), "5.7");
+  EXPECT_EQ(compiler_release(Backend::kRocm, "clang version 17"), "");
+}
+
+// Sets an environment variable for a test's lifetime (discovery reads KFORGE_NVCC/KFORGE_HIPCC).
+class EnvVar {
+ public:
+  EnvVar(const char* name, const std::string& value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~EnvVar() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// An executable file standing for a compiler (the spawner below answers for it).
+std::string fake_program(const Scratch& dir, const std::string& name) {
+  const auto p = dir / name;
+  std::ofstream(p) << "#!/bin/false\n";
+  ::chmod(p.c_str(), 0755);
+  return p.string();
+}
+
+bool argv_has(const ProcessSpec& spec, const std::string& word) {
+  return std::find(spec.argv.begin(), spec.argv.end(), word) != spec.argv.end();
+}
+
+Result<ProcessResult> answer(const std::string& output, int exit_code = 0) {
+  ProcessResult r;
+  r.output = output;
+  r.exit_code = exit_code;
+  return r;
+}
+
+// nvcc's lists name no arch-specific target and the -gencode kforge passes names two archs:
+// offered are the sm_XX that both lists have, and the sm_XXa that a dry run of that -gencode
+// accepts (CUDA 13 does for sm_90a and sm_100a, refuses sm_89a, which is never tried).
+TEST(Toolchain, NvccOffersWhatItsGencodeAccepts) {
+  Scratch dir;
+  EnvVar nvcc("KFORGE_NVCC", fake_program(dir, "nvcc"));
+  std::vector<std::string> dry_runs;
+  auto spawn = [&](const ProcessSpec& spec) -> Result<ProcessResult> {
+    if (spec.argv[0].ends_with("/nvcc")) {
+      if (argv_has(spec, "--version")) return answer("Cuda compilation tools, release 13.0, V13.0.88\n");
+      if (argv_has(spec, "--list-gpu-code")) return answer("sm_80\nsm_89\nsm_90\nsm_100\nsm_103\nsm_999\n");
+      if (argv_has(spec, "--list-gpu-arch")) return answer("compute_80\ncompute_89\ncompute_90\ncompute_100\ncompute_103\n");
+      if (argv_has(spec, "--dryrun")) {
+        dry_runs.push_back(spec.argv[3]);
+        const bool ok = spec.argv[3].starts_with("arch=compute_90a,") || spec.argv[3].starts_with("arch=compute_100a,");
+        return answer(ok ? "" : "nvcc fatal   : Unsupported gpu architecture", ok ? 0 : 1);
+      }
+    }
+    return answer("", 1);
+  };
+  const auto all = Toolchains::discover(spawn);
+  const auto& cuda = all.get(Backend::kCuda);
+  ASSERT_TRUE(cuda.available) << cuda.reason;
+  EXPECT_EQ(cuda.archs, (std::vector<std::string>{"sm_80", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_103"}));
+  EXPECT_EQ(dry_runs, (std::vector<std::string>{"arch=compute_90a,code=[sm_90a,compute_90a]",
+                                                "arch=compute_100a,code=[sm_100a,compute_100a]",
+                                                "arch=compute_103a,code=[sm_103a,compute_103a]"}));
+  ASSERT_TRUE(cuda.unbuildable.contains("sm_999"));
+  EXPECT_NE(cuda.unbuildable.at("sm_999").find("no compute_999"), std::string::npos);
+  EXPECT_EQ(cuda.release, "13.0");
+  auto refused = cuda.resolve_archs({"sm_103a"}, "/arch");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().fields.at(0).field, "/arch");
+}
+
+// hipcc discovered as Debian 12's, with its device libraries in a scratch directory: what the
+// driver's -### links is where they are looked for, and a target without its library is listed
+// as unbuildable with the reason.
+TEST(Toolchain, HipccOffersWhatItsDeviceLibrariesBuild) {
+  Scratch dir;
+  EnvVar hipcc("KFORGE_HIPCC", fake_program(dir, "hipcc"));
+  const fs::path libs = dir / "bitcode";
+  fs::create_directories(libs);
+  for (const char* f : {"ocml.bc", "oclc_isa_version_90a.bc", "oclc_isa_version_1030.bc"}) std::ofstream(libs / f) << "BC";
+  auto spawn = [&](const ProcessSpec& spec) -> Result<ProcessResult> {
+    if (spec.argv[0].ends_with("/hipcc") && argv_has(spec, "--version"))
+      return answer("HIP version: 5.2.21153-0\nDebian clang version 15.0.6\nTarget: x86_64-pc-linux-gnu\n");
+    if (spec.argv[0].ends_with("/hipcc") && argv_has(spec, "-###"))
+      return answer("\"-mlink-builtin-bitcode\" \"" + (libs / "oclc_isa_version_90a.bc").string() + "\"\n");
+    if (spec.argv[0].ends_with("/llc"))
+      return answer("Available CPUs for this target:\n  gfx1030 - x\n  gfx1100 - x\n  gfx90a - x\n"
+                    "Available features for this target:\n  gfx10 - x\n");
+    return answer("", 1);
+  };
+  const auto all = Toolchains::discover(spawn);
+  const auto& rocm = all.get(Backend::kRocm);
+  ASSERT_TRUE(rocm.available) << rocm.reason;
+  EXPECT_EQ(rocm.device_libs, libs);
+  EXPECT_EQ(rocm.release, "5.2");
+  // With an llc-15 on this machine its processors are asked; without, the fixed list applies.
+  EXPECT_TRUE(has(rocm.archs, "gfx90a") && has(rocm.archs, "gfx1030")) << nlohmann::json(rocm.archs);
+  EXPECT_FALSE(has(rocm.archs, "gfx1100") || has(rocm.archs, "gfx10"));
+  ASSERT_TRUE(rocm.unbuildable.contains("gfx1100"));
+  for (const auto& a : rocm.archs) EXPECT_TRUE(fs::exists(libs / ("oclc_isa_version_" + a.substr(3) + ".bc"))) << a;
+  EXPECT_EQ(rocm.to_json()["device_libs"], libs.string());
 }
 
 TEST(Toolchain, CudaNativeIsTheArchSpecificTargetWhereThereIsOne) {
@@ -170,6 +349,13 @@ TEST(Toolchain, CompileStepsPerBackend) {
   EXPECT_TRUE(has(rocm[0].argv, "-Rpass-analysis=kernel-resource-usage"));
   EXPECT_EQ(rocm[0].output, "kernel.o");
   EXPECT_TRUE(has(rocm[1].argv, "kernel.o") && has(rocm[1].argv, "-shared"));
+  EXPECT_FALSE(has(rocm[0].argv, "-fgpu-flush-denormals-to-zero"));
+
+  o.flush_denormals = true;
+  EXPECT_TRUE(has(fake(Backend::kRocm, {"gfx90a"}, std::nullopt).compile_steps({"gfx90a"}, o, "source.hip")[0].argv,
+                  "-fgpu-flush-denormals-to-zero"));
+  EXPECT_TRUE(has(fake(Backend::kCuda, {"sm_90"}, std::nullopt).compile_steps({"sm_90"}, o, "source.cu")[0].argv,
+                  "-ftz=true"));
 }
 
 TEST(Toolchain, KeyDependsOnEverythingThatChangesTheArtifact) {

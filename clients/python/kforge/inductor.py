@@ -64,6 +64,7 @@ _OPT_LEVEL = re.compile(r"^-O([0-3s])$")
 _IGNORED = (
     "-std=c++17", "--expt-relaxed-constexpr", "-w", "-c", "-shared", "-fPIC", "-fno-gpu-rdc",
     "-x", "hip", "-t=0", "-lcuda", "-lcudart", "-lamdhip64", "-lpthread", "-lstdc++",
+    "-Rpass-analysis=kernel-resource-usage",  # kforge's hipcc line always has it
 )
 _IGNORED_PREFIXES = (
     "-Xcompiler", "-L", "-Xlinker", "-t=", "-include", "-mllvm", "-amdgpu-", "-enable-post-misched",
@@ -422,8 +423,13 @@ class Hook:
                 opts["includes"].extend(self._include(path))
             elif _OPT_LEVEL.match(a):
                 opts["opt_level"] = a[1:]
+            elif a == "-Ofast":  # clang's -O3 -ffast-math
+                opts["opt_level"] = "O3"
+                opts["fast_math"] = True
             elif a in ("--use_fast_math", "-ffast-math"):
                 opts["fast_math"] = True
+            elif a in ("-fgpu-flush-denormals-to-zero", "-ftz=true"):  # Inductor's ROCm default
+                opts["flush_denormals"] = True
             elif a in ("-lineinfo", "-g"):
                 opts["debug_info"] = True
             elif a in ("-o", "-x", "-include", "-mllvm", "-Xlinker", "-Xcompiler") and i < len(args):
@@ -610,6 +616,22 @@ def wrap_selector(cls: Any, hook: Hook) -> None:
     _installed.append(_Patched(cls, original, "__call__", hook))
 
 
+def toolkit_dirs(rocm_home: Optional[str], torch_rocm_home: Optional[str],
+                 torch_cuda_home: Optional[str]) -> List[str]:
+    """The include directories of the toolkits Inductor compiles against, found as Inductor finds
+    them: ``config.rocm.rocm_home``, else torch's ROCM_HOME (``$ROCM_HOME``, ``$ROCM_PATH``, or
+    two levels above ``hipcc``: ``/usr`` for Debian's ROCm, whose Inductor command then has
+    ``-I/usr/include``), and CUDA's. The server's compiler has its own, so an ``-I`` of one of
+    these travels as nothing."""
+    homes = [rocm_home or torch_rocm_home or "", "/opt/rocm", os.environ.get("CUDA_HOME", ""),
+             torch_cuda_home or "", "/usr/local/cuda"]
+    seen: List[str] = []
+    for home in homes:
+        if home and os.path.join(home, "include") not in seen:
+            seen.append(os.path.join(home, "include"))
+    return seen
+
+
 def install(url: Optional[str] = None, *, token: Optional[str] = None, fallback: bool = True,
             libraries: Optional[Dict[str, str]] = None, heartbeat: float = 30.0,
             connect_timeout: float = 2.0, backoff: float = 1.0, backoff_cap: float = 60.0,
@@ -648,8 +670,9 @@ def install(url: Optional[str] = None, *, token: Optional[str] = None, fallback:
         libraries = {"cutlass": getattr(getattr(config, "cutlass", None), "cutlass_dir", None)
                      or os.environ.get("TORCHINDUCTOR_CUTLASS_DIR", ""),
                      "ck": getattr(config.rocm, "ck_dir", None) or ""}
-    toolkit = [os.path.join(p, "include") for p in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda",
-                                                    getattr(config.rocm, "rocm_home", None) or "/opt/rocm")]
+    from torch.utils import cpp_extension
+    toolkit = toolkit_dirs(getattr(config.rocm, "rocm_home", None), getattr(cpp_extension, "ROCM_HOME", None),
+                           getattr(cpp_extension, "CUDA_HOME", None))
     if heartbeat <= 15:
         log.warning("kforge: heartbeat=%g s is not above the server's 15 s keep-alive: a compile "
                     "that long without a state change will be given up", heartbeat)

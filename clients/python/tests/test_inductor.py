@@ -64,17 +64,22 @@ def codecache_class(root: Path, suffix: str):
     return CodeCache
 
 
-def rocm_command(ck: Path):
-    """torch 2.11's rocm_compile_command, with its rocm_home and ck_dir."""
+def rocm_command(ck: Path, archs=("gfx90a",), rocm_home="/opt/rocm", opt="-O2", resource_usage=False):
+    """torch 2.11's rocm_compile_command with config.rocm's defaults (compile_opt_level -O2,
+    use_fast_math, flush_denormals), an arch list and a ROCm home: for Debian's ROCm (hipcc in
+    /usr/bin) torch finds /usr, so the compiler is /usr/llvm/bin/clang and -I/usr/include comes."""
     def command(src_files: List[str], dst_file: str, dst_file_ext: str, extra_args=None) -> str:
-        opts = ["-O3", "-x", "hip", "-std=c++17", "--offload-arch=gfx90a", "-fno-gpu-rdc", "-fPIC",
+        opts = [opt, "-x", "hip", "-std=c++17", *[f"--offload-arch={a}" for a in archs], "-fno-gpu-rdc", "-fPIC",
                 "-fvisibility=hidden", "-mllvm", "-amdgpu-early-inline-all=true", "-mllvm",
                 "-amdgpu-function-calls=false", "-mllvm", "-enable-post-misched=0"]
+        if resource_usage:  # config.rocm.print_kernel_resource_usage
+            opts += ["-Rpass-analysis=kernel-resource-usage"]
+        opts += ["-fgpu-flush-denormals-to-zero", "-ffast-math"]
         opts += extra_args or []
-        opts += [f"-I{ck / 'include'}", f"-I{ck / 'library' / 'include'}", "-I/opt/rocm/include"]
-        opts += ["-include __clang_hip_runtime_wrapper.h", "-L/opt/rocm/lib", "-L/opt/rocm/hip/lib", "-lamdhip64"]
+        opts += [f"-I{ck / 'include'}", f"-I{ck / 'library' / 'include'}", f"-I{rocm_home}/include"]
+        opts += ["-include __clang_hip_runtime_wrapper.h", f"-L{rocm_home}/lib", f"-L{rocm_home}/hip/lib", "-lamdhip64"]
         opts.append({"o": "-c", "so": "-shared"}[dst_file_ext])
-        return f"/opt/rocm/llvm/bin/clang {' '.join(opts)} -o {dst_file} {' '.join(src_files)}"
+        return f"{rocm_home}/llvm/bin/clang {' '.join(opts)} -o {dst_file} {' '.join(src_files)}"
     return command
 
 
@@ -215,6 +220,62 @@ def test_rocm_compile_through_the_hook_places_the_so_where_inductor_looks(lib_se
 
     inductor.uninstall()
     assert cache.__dict__["compile"] is original
+
+
+def test_torchs_rocm_defaults_on_debians_rocm_become_kforge_options(libs):
+    """What Inductor runs with Debian's ROCm (Debian 12's hipcc 5.2 or 13's 5.7, ROCm home /usr)
+    and its defaults for MI300 and MI200: every flag has its kforge option or is one kforge
+    passes itself; -I/usr/include is the toolkit's, found as torch finds it."""
+    src = CK_SOURCE.replace("NAME", "rocm_ck_gemm_1a2b3c4d")
+    command = rocm_command(libs["ck"], archs=("gfx942", "gfx90a"), rocm_home="/usr", resource_usage=True)
+    line = command(["/tmp/x.cpp"], "/tmp/x.o", "o")
+    hook = inductor.Hook(kforge.Client("http://127.0.0.1:9", retries=0), {"ck": str(libs["ck"])},
+                         toolkit_dirs=inductor.toolkit_dirs(None, "/usr", None))
+    r = hook.request_for("rocm", src, line)
+    assert r.arch == ["gfx942", "gfx90a"] and r.export_name == "rocm_ck_gemm_1a2b3c4d"
+    assert r.options == {"aot": True, "opt_level": "O2", "fast_math": True, "flush_denormals": True,
+                         "includes": ["ck/include", "ck/library/include"]}
+    assert hook.request_for("rocm", src, line.replace(" -O2 ", " -Ofast ")).options["opt_level"] == "O3"
+    # The toolkit as install() found it before: /opt/rocm only, so Debian's -I/usr/include could not travel.
+    old = inductor.Hook(hook.client, {"ck": str(libs["ck"])}, toolkit_dirs=["/opt/rocm/include"])
+    with pytest.raises(inductor.UnsupportedCommand, match="-I/usr/include"):
+        old.request_for("rocm", src, line)
+    assert inductor.toolkit_dirs("/opt/rocm-6.2", "/usr", "/usr/local/cuda-13.0")[:2] == ["/opt/rocm-6.2/include", "/opt/rocm/include"]
+    assert "/usr/include" in inductor.toolkit_dirs(None, "/usr", None)
+
+
+def test_rocm_defaults_compile_on_kforge_with_their_flags(lib_server, libs, tmp_path, restore):
+    hook = inductor.Hook(kforge.Client(lib_server.url, cache_dir=tmp_path / "client-cache", timeout=600, retries=1),
+                         {"ck": str(libs["ck"])}, toolkit_dirs=inductor.toolkit_dirs(None, "/usr", None))
+    backend_available(hook.client, "rocm")
+    command = rocm_command(libs["ck"], rocm_home="/usr")
+    cache = codecache_class(tmp_path / "inductor", "cpp")
+    inductor.patch(cache, hook, "rocm", "cpp", command, InductorCompileError, two_step=False)
+    src = CK_SOURCE.replace("NAME", "rocm_ck_gemm_5e6f7a8b")
+    out, _, _ = cache.compile(src, "so")
+    assert "rocm_ck_gemm_5e6f7a8b" in symbols(out) and cache.local_compiles == []
+    r = hook.request_for("rocm", src, command(["x.cpp"], "x.so", "so"))
+    kernel = hook.client.compile(src, backend="rocm", arch=r.arch, options=r.options, export_name=r.export_name)
+    assert kernel.cache == "hit"
+    log = kernel.log()
+    assert " -O2 " in log and "-ffast-math" in log and "-fgpu-flush-denormals-to-zero" in log, log
+
+
+def test_an_arch_this_hipcc_cannot_build_is_refused_with_the_reason(lib_server, libs, tmp_path, restore):
+    """gfx1100 with Debian 12's hipcc 5.2 (its LLVM knows it, its device libraries lack it): a 400
+    naming the missing library, so the hook falls back at once, or raises saying why."""
+    hook = make_hook(lib_server, tmp_path, libs)
+    backend_available(hook.client, "rocm")
+    if "gfx1100" not in hook.client.toolchains()["rocm"].get("unbuildable", {}):
+        pytest.skip("this server's hipcc builds gfx1100")
+    cache = codecache_class(tmp_path / "inductor", "cpp")
+    inductor.patch(cache, hook, "rocm", "cpp", rocm_command(libs["ck"], archs=("gfx1100",)), InductorCompileError,
+                   two_step=False)
+    with pytest.raises(InductorCompileError, match="local compiler ran"):
+        cache.compile(CK_SOURCE.replace("NAME", "rocm_ck_gemm_9c0d1e2f"), "so")
+    st = hook.stats
+    assert st.rejected == 1 and st.fallbacks == 1 and st.remote == 0
+    assert "HTTP 400" in st.last_error and "oclc_isa_version_1100.bc" in st.last_error, st.last_error
 
 
 def test_cuda_compile_places_both_the_o_and_the_so_and_is_thread_safe(lib_server, libs, tmp_path, restore):

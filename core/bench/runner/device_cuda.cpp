@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/bench/runner/blas_call.hpp"
 #include "core/bench/runner/device.hpp"
 
 namespace kforge::runner {
@@ -65,33 +66,6 @@ nlohmann::json nvml_facts(const std::string& pci_bus_id) {
   }
   ::dlclose(lib);
   return out;
-}
-
-// How cuBLAS (column-major) sees a row-major problem: C^T = B^T A^T, so cuBLAS's (N x M)
-// output is op(B) op(A) with these transposes and leading dimensions.
-struct CublasOps {
-  bool ta = false, tb = false;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-};
-
-std::optional<CublasOps> cublas_ops(const VendorGemm& g, std::string& why) {
-  if (g.dtype != g.out_dtype) {
-    why = "cuBLAS baseline is timed with the output in the input dtype";
-    return std::nullopt;
-  }
-  if (!(g.sCn == 1 || g.N == 1)) {
-    why = "C is not row-major";
-    return std::nullopt;
-  }
-  CublasOps o;
-  if (g.sBn == 1 || g.N == 1) { o.tb = false; o.ldb = std::max({g.sBk, g.N, int64_t{1}}); }
-  else if (g.sBk == 1 || g.K == 1) { o.tb = true; o.ldb = std::max({g.sBn, g.K, int64_t{1}}); }
-  else { why = "B has no unit stride"; return std::nullopt; }
-  if (g.sAk == 1 || g.K == 1) { o.ta = false; o.lda = std::max({g.sAm, g.K, int64_t{1}}); }
-  else if (g.sAm == 1 || g.M == 1) { o.ta = true; o.lda = std::max({g.sAk, g.M, int64_t{1}}); }
-  else { why = "A has no unit stride"; return std::nullopt; }
-  o.ldc = std::max({g.sCm, g.N, int64_t{1}});
-  return o;
 }
 
 // A cuBLASLt call's descriptors, alive as long as the call that uses them.
@@ -179,18 +153,18 @@ class CudaDevice final : public Device {
     return ms;
   }
   std::optional<std::function<void()>> vendor_gemm(const VendorGemm& g, std::string& why) override {
-    const auto ops = cublas_ops(g, why);
-    if (!ops) return std::nullopt;
+    const auto call = column_major_call(g, "cuBLAS", why);
+    if (!call) return std::nullopt;
     if (!handle_) {
       if (cublasCreate(&handle_) != CUBLAS_STATUS_SUCCESS) { why = "cublasCreate failed"; return std::nullopt; }
       cublasSetStream(handle_, stream_);
     }
     const cudaDataType t = cuda_type(g.dtype);
-    return [this, g, o = *ops, t] {
+    return [this, c = *call, t] {
       const float alpha = 1.0f, beta = 0.0f;
-      cublasStatus_t s = cublasGemmStridedBatchedEx(handle_, o.tb ? CUBLAS_OP_T : CUBLAS_OP_N, o.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                                    int(g.N), int(g.M), int(g.K), &alpha, g.B, t, int(o.ldb), g.sBb, g.A, t,
-                                                    int(o.lda), g.sAb, &beta, g.C, t, int(o.ldc), g.sCb, int(g.batch),
+      cublasStatus_t s = cublasGemmStridedBatchedEx(handle_, c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                    int(c.m), int(c.n), int(c.k), &alpha, c.a, t, int(c.lda), c.stride_a, c.b, t,
+                                                    int(c.ldb), c.stride_b, &beta, c.c, t, int(c.ldc), c.stride_c, int(c.batch),
                                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
       if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasGemmStridedBatchedEx failed: " + std::to_string(int(s)));
     };
@@ -203,15 +177,15 @@ class CudaDevice final : public Device {
         {"relu", CUBLASLT_EPILOGUE_RELU}, {"bias_relu", CUBLASLT_EPILOGUE_RELU_BIAS}};
     const auto epilogue = kEpilogues.find(g.epilogue);
     if (epilogue == kEpilogues.end()) { why = "cuBLASLt has no epilogue " + g.epilogue; return std::nullopt; }
-    const auto ops = cublas_ops(g, why);
-    if (!ops) return std::nullopt;
+    const auto call = column_major_call(g, "cuBLAS", why);
+    if (!call) return std::nullopt;
     if (!lt_) {
       if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) { why = "cublasLtCreate failed"; return std::nullopt; }
       lt_workspace_ = alloc(kLtWorkspace);
     }
     auto plan = std::make_shared<LtPlan>();
     const cudaDataType t = cuda_type(g.dtype);
-    const cublasOperation_t op_a = ops->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ops->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_a = call->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = call->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     // Column-major (N x M) = op(B^T) op(A^T), as in vendor_gemm: cuBLAS's A is our B.
     auto layout = [&](cublasLtMatrixLayout_t* l, bool trans, int64_t rows, int64_t cols, int64_t ld, int64_t batch_stride) {
       if (trans) std::swap(rows, cols);
@@ -231,8 +205,9 @@ class CudaDevice final : public Device {
                                                                   sizeof g.bias) == CUBLAS_STATUS_SUCCESS &&
                                    cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                                   sizeof bias_type) == CUBLAS_STATUS_SUCCESS)) &&
-                      layout(&plan->a, ops->tb, g.N, g.K, ops->ldb, g.sBb) && layout(&plan->b, ops->ta, g.K, g.M, ops->lda, g.sAb) &&
-                      layout(&plan->c, false, g.N, g.M, ops->ldc, g.sCb) &&
+                      layout(&plan->a, call->trans_a, call->m, call->k, call->lda, call->stride_a) &&
+                      layout(&plan->b, call->trans_b, call->k, call->n, call->ldb, call->stride_b) &&
+                      layout(&plan->c, false, call->m, call->n, call->ldc, call->stride_c) &&
                       cublasLtMatmulPreferenceCreate(&plan->pref) == CUBLAS_STATUS_SUCCESS &&
                       cublasLtMatmulPreferenceSetAttribute(plan->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kLtWorkspace,
                                                            sizeof kLtWorkspace) == CUBLAS_STATUS_SUCCESS;
@@ -245,9 +220,9 @@ class CudaDevice final : public Device {
       return std::nullopt;
     }
     fused = "cublasLt+" + g.epilogue + (g.epilogue.find("gelu") != std::string::npos ? " (tanh gelu)" : "");
-    return [this, g, plan] {
+    return [this, c = *call, plan] {
       const float alpha = 1.0f, beta = 0.0f;
-      cublasStatus_t s = cublasLtMatmul(lt_, plan->op, &alpha, g.B, plan->a, g.A, plan->b, &beta, g.C, plan->c, g.C, plan->c,
+      cublasStatus_t s = cublasLtMatmul(lt_, plan->op, &alpha, c.a, plan->a, c.b, plan->b, &beta, c.c, plan->c, c.c, plan->c,
                                         &plan->algo.algo, lt_workspace_, kLtWorkspace, stream_);
       if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasLtMatmul failed: " + std::to_string(int(s)));
     };

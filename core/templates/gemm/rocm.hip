@@ -1,5 +1,5 @@
 // The rocm gemm: LDS-tiled, one kernel for every arch of a fat binary. On CDNA (gfx908,
-// gfx90a, gfx94x) each wavefront computes its tile with 16x16 MFMA instructions
+// gfx90a, gfx94x, gfx950) each wavefront computes its tile with 16x16 MFMA instructions
 // (v_mfma_f32_16x16x16f16, ..._16x16x16bf16_1k on gfx90a+, ..._16x16x4f32); elsewhere
 // (RDNA, older GCN) the same tiles are computed by plain FMAs. The launch configuration is
 // the same for both, so the host code does not need to know which arch it runs on.
@@ -27,7 +27,7 @@ using TC = _Float16;
 #define $warps$ 4
 #define $a_kfast$ true
 #define $b_kfast$ false
-#if defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__)
+#if defined(__gfx908__) || defined(__gfx90a__) || defined(__gfx940__) || defined(__gfx941__) || defined(__gfx942__) || defined(__gfx950__)
 #define $mfma_cond$ 1
 #else
 #define $mfma_cond$ 0
