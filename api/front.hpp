@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "api/http_head.hpp"
-#include "core/error.hpp"
+#include "core/base/error.hpp"
 
 namespace httplib {
 class Stream;

@@ -13,7 +13,7 @@
 
 #include "api/http_head.hpp"
 #include "api/problem.hpp"
-#include "core/hash.hpp"
+#include "core/base/hash.hpp"
 
 namespace kforge::api {
 

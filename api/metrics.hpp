@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/sharded_map.hpp"
+#include "core/base/sharded_map.hpp"
 
 namespace kforge::api {
 

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "core/base/error.hpp"
 
 namespace kforge::api {
 

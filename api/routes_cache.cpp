@@ -12,7 +12,7 @@
 #include "api/http_util.hpp"
 #include "api/server.hpp"
 #include "core/storage/archive.hpp"
-#include "core/utf8.hpp"
+#include "core/base/utf8.hpp"
 
 namespace kforge::api {
 namespace {

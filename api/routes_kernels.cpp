@@ -4,11 +4,11 @@
 
 #include "api/http_util.hpp"
 #include "api/server.hpp"
-#include "core/fsutil.hpp"
-#include "core/utf8.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/utf8.hpp"
 #include "core/templates/template.hpp"
-#include "core/why.hpp"
-#include "core/wrapper.hpp"
+#include "core/build/why.hpp"
+#include "core/build/wrapper.hpp"
 
 namespace kforge::api {
 namespace {
@@ -610,7 +610,7 @@ void Server::kernel_routes() {
         });
 
   // Would this request hit, and if not, why not: the nearest entry of the same kernel and
-  // the inputs that differ (core/why.hpp). Compiles nothing.
+  // the inputs that differ (core/build/why.hpp). Compiles nothing.
   route("POST", "/explain", "/explain", Role::kSubmit,
         [this](const httplib::Request& req, httplib::Response& res) {
           auto r = render_request(req, res);

@@ -3,7 +3,7 @@
 //
 // The whole list is validated before anything runs (each entry parsed, prepared and
 // rendered as POST /kernels would): a malformed entry is a 400 naming /requests/<i>/....
-// The answer is a job of kind "prefetch" that core::Prefetcher (core/prefetch.hpp) runs on
+// The answer is a job of kind "prefetch" that core::Prefetcher (core/build/prefetch.hpp) runs on
 // its own thread; this file gives it the service's queue submissions, counters and problem
 // documents, and wakes it on every job change (Server's queue observer calls
 // prefetch_wake()). ~Server stops it before the queue goes.
@@ -12,8 +12,8 @@
 
 #include "api/http_util.hpp"
 #include "api/server.hpp"
-#include "core/prefetch.hpp"
-#include "core/utf8.hpp"
+#include "core/build/prefetch.hpp"
+#include "core/base/utf8.hpp"
 
 namespace kforge::api {
 namespace {

@@ -7,8 +7,8 @@
 #include "api/assets.hpp"
 #include "api/http_util.hpp"
 #include "api/server.hpp"
-#include "core/fsutil.hpp"
-#include "core/utf8.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/utf8.hpp"
 
 namespace kforge::embedded {
 extern const std::string_view openapi_json;

@@ -14,9 +14,9 @@
 #include <iostream>
 
 #include "api/http_util.hpp"
-#include "core/fsutil.hpp"
-#include "core/utf8.hpp"
-#include "core/wrapper.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/utf8.hpp"
+#include "core/build/wrapper.hpp"
 
 namespace kforge::api {
 namespace {

@@ -26,18 +26,18 @@
 #include "api/auth.hpp"
 #include "api/front.hpp"
 #include "api/metrics.hpp"
-#include "core/autotune.hpp"
+#include "core/build/autotune.hpp"
 #include "core/bench/bench.hpp"
-#include "core/build.hpp"
-#include "core/jobs.hpp"
-#include "core/log.hpp"
-#include "core/prefetch.hpp"
-#include "core/sharded_map.hpp"
-#include "core/request.hpp"
-#include "core/sandbox.hpp"
+#include "core/build/build.hpp"
+#include "core/jobs/jobs.hpp"
+#include "core/base/log.hpp"
+#include "core/build/prefetch.hpp"
+#include "core/base/sharded_map.hpp"
+#include "core/request/request.hpp"
+#include "core/process/sandbox.hpp"
 #include "core/cluster/registry.hpp"
 #include "core/storage/redis_tier.hpp"
-#include "core/toolchain.hpp"
+#include "core/toolchain/toolchain.hpp"
 
 namespace httplib {
 class ContentReader;
@@ -175,7 +175,7 @@ class Server : private FrontHandler {
   // Keeps the cache under --cache-max-bytes.
   void maintain_cache();
   nlohmann::json cache_stats();  // cached for a few seconds: a scan walks the whole cache
-  void log_line(nlohmann::json line);  // {"event", fields...} as one record (core/log.hpp)
+  void log_line(nlohmann::json line);  // {"event", fields...} as one record (core/base/log.hpp)
   // The access log's line for one request (both the front's and httplib's).
   void access_log(const std::string& request_id, std::string_view method, std::string_view path,
                   const std::string& route, int status, double ms, size_t bytes, std::string_view client);

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "core/error.hpp"
+#include "core/base/error.hpp"
 
 namespace kforge::api {
 

@@ -13,7 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 
 namespace kforge::cli {
 

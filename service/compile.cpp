@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 #include "service/client.hpp"
 #include "service/commands.hpp"
 

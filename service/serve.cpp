@@ -20,10 +20,10 @@
 #include "api/tls.hpp"
 #include "core/cluster/lease.hpp"
 #include "core/cluster/registry.hpp"
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 #include "core/storage/redis_tier.hpp"
 #include "core/storage/storage.hpp"
-#include "core/log.hpp"
+#include "core/base/log.hpp"
 #include "service/commands.hpp"
 #include "service/serve_config.hpp"
 
@@ -61,7 +61,7 @@ std::vector<fs::path> toolchain_roots(const core::Toolchains& toolchains) {
 }
 
 // Wires the layers from `c` and serves until a signal. Everything it says is a log record
-// (core/log.hpp); stdout has one line, `listening on URL`.
+// (core/base/log.hpp); stdout has one line, `listening on URL`.
 int serve(ServeConfig c) {
   namespace log = core::log;
   log::configure(c.log_format, c.log_level);

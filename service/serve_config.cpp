@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "api/tls.hpp"
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 #include "service/config_file.hpp"
 
 namespace kforge::cli {

@@ -18,11 +18,11 @@
 
 #include "api/auth.hpp"
 #include "api/server.hpp"
-#include "core/build.hpp"
-#include "core/library.hpp"
-#include "core/log.hpp"
+#include "core/build/build.hpp"
+#include "core/toolchain/library.hpp"
+#include "core/base/log.hpp"
 #include "core/storage/redis.hpp"
-#include "core/sandbox.hpp"
+#include "core/process/sandbox.hpp"
 
 namespace CLI {
 class App;

@@ -4,7 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/toolchain.hpp"
+#include "core/toolchain/toolchain.hpp"
 #include "service/client.hpp"
 #include "service/commands.hpp"
 

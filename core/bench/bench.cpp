@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
-#include "core/tensor.hpp"
-#include "core/templates/gemm.hpp"
-#include "core/utf8.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
+#include "core/base/tensor.hpp"
+#include "core/templates/gemm_problem.hpp"
+#include "core/base/utf8.hpp"
 
 namespace kforge::core {
 namespace fs = std::filesystem;

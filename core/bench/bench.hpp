@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/backend.hpp"
-#include "core/cpu_target.hpp"
-#include "core/process.hpp"
+#include "core/base/backend.hpp"
+#include "core/toolchain/cpu_target.hpp"
+#include "core/process/process.hpp"
 #include "core/storage/disk_tier.hpp"
 
 namespace kforge::core {

@@ -16,8 +16,8 @@
 #include <map>
 #include <set>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
 
 namespace kforge::core::storage {
 namespace fs = std::filesystem;

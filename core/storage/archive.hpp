@@ -43,7 +43,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "core/base/error.hpp"
 #include "core/storage/disk_tier.hpp"
 
 namespace kforge::core::storage {

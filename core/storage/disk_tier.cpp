@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
 
 namespace kforge::core::storage {
 namespace fs = std::filesystem;

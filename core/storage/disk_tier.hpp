@@ -16,7 +16,7 @@
 //   requests    := requests/<rkey[0:2]>/<rkey>     one line: the kernel key it resolves to
 //   autotune    := autotune/<akey[0:2]>/<akey>.json  a ranking (get_autotune()); not evicted
 //   families    := families/<fam[0:2]>/<fam>/<key>  empty: <key> is an entry of the kernel
-//                  family <fam> (manifest "family", 32 hex; core/why.hpp), an index for
+//                  family <fam> (manifest "family", 32 hex; core/build/why.hpp), an index for
 //                  "why did this miss" that gc keeps in step with objects/
 //   tmp         := tmp/proc.<pid>.<nonce>/ (.lock | build.<n>/ | trash.<n>/ | *.ref)
 //                  one staging directory per live process, held by flock on .lock; a
@@ -63,8 +63,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
-#include "core/sharded_map.hpp"
+#include "core/base/error.hpp"
+#include "core/base/sharded_map.hpp"
 #include "core/storage/tier.hpp"
 
 namespace kforge::core::storage {

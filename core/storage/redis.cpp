@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "core/log.hpp"
+#include "core/base/log.hpp"
 
 namespace kforge::core::storage {
 namespace {

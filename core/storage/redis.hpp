@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "core/base/error.hpp"
 
 struct redisContext;
 

@@ -2,8 +2,8 @@
 
 #include <random>
 
-#include "core/hash.hpp"
-#include "core/log.hpp"
+#include "core/base/hash.hpp"
+#include "core/base/log.hpp"
 
 namespace kforge::core::storage {
 

@@ -35,7 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "core/base/error.hpp"
 #include "core/storage/disk_tier.hpp"
 #include "core/storage/tier.hpp"
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/templates/gemm.hpp"
+#include "core/templates/gemm_problem.hpp"
 #include "core/templates/kernel.hpp"
 
 namespace kforge::core::templates {

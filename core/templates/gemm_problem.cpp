@@ -1,6 +1,4 @@
-// The gemm problem of a spec, as numbers: what the template, its backends and the benchmark
-// (core/bench/bench.cpp, for the vendor library's call) read a gemm request as.
-#include "core/templates/gemm.hpp"
+#include "core/templates/gemm_problem.hpp"
 
 namespace kforge::core::templates {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/abi.hpp"
-#include "core/tensor.hpp"
+#include "core/base/abi.hpp"
+#include "core/base/tensor.hpp"
 #include "core/templates/template.hpp"
 
 namespace kforge::core::templates {

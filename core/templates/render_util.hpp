@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "core/templates/gemm.hpp"
+#include "core/templates/gemm_problem.hpp"
 
 namespace kforge::core::templates {
 

@@ -17,10 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/abi.hpp"
-#include "core/backend.hpp"
-#include "core/cpu_target.hpp"
-#include "core/request.hpp"
+#include "core/base/abi.hpp"
+#include "core/base/backend.hpp"
+#include "core/toolchain/cpu_target.hpp"
+#include "core/request/request.hpp"
 
 namespace kforge::core::templates {
 

@@ -65,7 +65,7 @@ for doc in sorted([root / "README.md", *(root / "docs").glob("*.md")]):
         if "/" in token and first in top_dirs:
             checked += 1
             path = token.rstrip("/")
-            module = any(path + ext in files for ext in (".hpp", ".cpp"))  # `core/jobs`
+            module = any(path + ext in files for ext in (".hpp", ".cpp"))  # `core/jobs/jobs`
             ignored = subprocess.run(["git", "-C", str(root), "check-ignore", "-q", path]).returncode == 0
             if path not in files and not module and not ignored and not any(f.startswith(path + "/") for f in files):
                 fail(f"{doc.relative_to(root)} cites {token}, which is not in the tree")

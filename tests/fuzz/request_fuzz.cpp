@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "core/abi.hpp"
-#include "core/request.hpp"
+#include "core/base/abi.hpp"
+#include "core/request/request.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kforge::core;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

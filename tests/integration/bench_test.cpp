@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "core/bench/bench.hpp"
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
 #include "core/storage/disk_tier.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"

@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

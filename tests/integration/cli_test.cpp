@@ -13,8 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/fsutil.hpp"
-#include "core/process.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/process/process.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

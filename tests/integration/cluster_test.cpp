@@ -14,9 +14,9 @@
 #include <future>
 #include <thread>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
-#include "core/process.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
+#include "core/process/process.hpp"
 #include "integration/framing_cases.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"

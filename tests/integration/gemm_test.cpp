@@ -11,11 +11,11 @@
 #include <map>
 #include <random>
 
-#include "core/abi.hpp"
-#include "core/codeobj.hpp"
-#include "core/dtype.hpp"
-#include "core/fsutil.hpp"
-#include "core/process.hpp"
+#include "core/base/abi.hpp"
+#include "core/toolchain/codeobj.hpp"
+#include "core/base/dtype.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/process/process.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "core/process.hpp"
-#include "core/toolchain.hpp"
+#include "core/process/process.hpp"
+#include "core/toolchain/toolchain.hpp"
 #include "unit/scratch.hpp"
 
 namespace fs = std::filesystem;

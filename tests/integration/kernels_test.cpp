@@ -9,11 +9,11 @@
 #include <fstream>
 #include <thread>
 
-#include "core/codeobj.hpp"
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
-#include "core/process.hpp"
-#include "core/abi.hpp"
+#include "core/toolchain/codeobj.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
+#include "core/process/process.hpp"
+#include "core/base/abi.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/fsutil.hpp"
-#include "core/process.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/process/process.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

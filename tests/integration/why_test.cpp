@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 
-#include "core/fsutil.hpp"
-#include "core/process.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/process/process.hpp"
 #include "integration/server_process.hpp"
 #include "unit/scratch.hpp"
 

@@ -1,8 +1,8 @@
-#include "core/abi.hpp"
+#include "core/base/abi.hpp"
 
 #include <gtest/gtest.h>
 
-#include "core/wrapper.hpp"
+#include "core/build/wrapper.hpp"
 
 namespace kforge::core {
 namespace {

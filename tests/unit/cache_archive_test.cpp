@@ -10,8 +10,8 @@
 #include <functional>
 #include <random>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::core::storage {

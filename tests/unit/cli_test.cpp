@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/fsutil.hpp"
+#include "core/base/fsutil.hpp"
 #include "service/config_file.hpp"
 #include "service/serve_config.hpp"
 #include "unit/scratch.hpp"

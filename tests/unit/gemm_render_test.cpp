@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/hash.hpp"
+#include "core/base/hash.hpp"
 #include "core/templates/template.hpp"
 
 namespace kforge::core::templates {

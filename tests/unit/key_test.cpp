@@ -1,4 +1,4 @@
-// core/key: the keys of a fixed set of source-mode requests, pinned. A kernel key and a
+// core/build/key: the keys of a fixed set of source-mode requests, pinned. A kernel key and a
 // request key are a function of what the request asks and of the toolchain (fixed here,
 // not discovered, so the pins hold on any host): a change that moves one of them makes
 // every cache in the field a cold one, and must be made on purpose (then the pins change
@@ -7,8 +7,8 @@
 // sources by design; they are not pinned here.
 #include <gtest/gtest.h>
 
-#include "core/build.hpp"
-#include "core/hash.hpp"
+#include "core/build/build.hpp"
+#include "core/base/hash.hpp"
 #include "core/storage/storage.hpp"
 #include "unit/scratch.hpp"
 

@@ -1,6 +1,6 @@
-// core/log: what a record looks like in each format, what the level keeps out, and hostile
+// core/base/log: what a record looks like in each format, what the level keeps out, and hostile
 // values (quotes, newlines, bytes that are not UTF-8) that must not break a line.
-#include "core/log.hpp"
+#include "core/base/log.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "core/process.hpp"
+#include "core/process/process.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <filesystem>
 
-#include "core/sandbox.hpp"
+#include "core/process/sandbox.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::core {

@@ -1,5 +1,5 @@
-#include "core/request.hpp"
-#include "core/utf8.hpp"
+#include "core/request/request.hpp"
+#include "core/base/utf8.hpp"
 
 #include <gtest/gtest.h>
 

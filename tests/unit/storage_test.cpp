@@ -7,8 +7,8 @@
 #include <fstream>
 #include <iostream>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::core::storage {

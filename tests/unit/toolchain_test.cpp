@@ -1,4 +1,4 @@
-#include "core/toolchain.hpp"
+#include "core/toolchain/toolchain.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <set>
 
-#include "core/build.hpp"
+#include "core/build/build.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::core {

@@ -1,12 +1,12 @@
 // Why did this miss: the unified diff, the named differences between two sets of key
 // inputs, and the store's family index that finds the nearest entry.
-#include "core/why.hpp"
+#include "core/build/why.hpp"
 
 #include <gtest/gtest.h>
 
-#include "core/fsutil.hpp"
-#include "core/hash.hpp"
-#include "core/text_diff.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/hash.hpp"
+#include "core/base/text_diff.hpp"
 #include "unit/scratch.hpp"
 
 namespace kforge::core {

@@ -5,7 +5,7 @@ uint8_t* workspace, <stream> stream)``. Tensors travel as ``void*`` (an array's
 address), scalars by their C type, and a call with ``workspace_size`` non-null is
 a query: the kernel writes the workspace it needs there and touches no tensor.
 The mapping from C types to ctypes mirrors the server's generated Python wrapper
-(``core/wrapper.cpp``), so this client and that wrapper call a kernel alike.
+(``core/build/wrapper.cpp``), so this client and that wrapper call a kernel alike.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def check_tensor(what: str, arg: Arg, v: View, device: str, scalars: Mapping[str
     ``device``, and, where the ABI has the tensor's layout, its sizes (a named size from
     ``scalars``) and element strides. Where the kernel adds a storage offset, ``v`` must be the
     whole storage: contiguous, holding every element the kernel touches. Mirrors the checks of
-    the server's generated wrapper (core/wrapper.cpp)."""
+    the server's generated wrapper (core/build/wrapper.cpp)."""
     if v.device != device:
         raise ValueError(f"{what} is on {v.device}; the kernel takes tensors on {device}")
     if arg.dtype and v.dtype is not None and v.dtype != arg.dtype:

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/dtype.hpp"
+#include "core/base/dtype.hpp"
 
 namespace kforge::runner {
 

@@ -54,10 +54,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/abi.hpp"
+#include "core/base/abi.hpp"
 #include "core/bench/runner/device.hpp"
-#include "core/fsutil.hpp"
-#include "core/tensor.hpp"
+#include "core/base/fsutil.hpp"
+#include "core/base/tensor.hpp"
 
 namespace kforge::runner {
 namespace {
