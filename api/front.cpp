@@ -595,7 +595,7 @@ void EventFront::process(Loop& loop, Conn* c) {
       HeadError bad = scan.why;
       if (scan.error || (scan.size && !parse_request_head(buf.substr(scan.skip, scan.size - 4), r, bad))) {
         bad_requests_++;
-        return refuse(loop, c, {bad.status, bad.detail, c->peer_ip, r.method, r.target});
+        return refuse(loop, c, {bad.status, bad.detail, c->peer_ip, r.method, r.target, ""});
       }
       consumed += scan.skip;  // empty lines before a request are read and dropped
       buf.remove_prefix(scan.skip);
@@ -740,7 +740,7 @@ void EventFront::sweep(Loop& loop) {
     const bool body = p->body_deadline != Clock::time_point{};
     (body ? body_timeouts_ : header_timeouts_)++;
     refuse(loop, p, {408, body ? "the request body did not arrive in time" : "the request head did not arrive in time",
-                     p->peer_ip, "", ""});
+                     p->peer_ip, "", "", ""});
     if (loop.conns.contains(p)) close_conn(loop, p);  // the 408 could not all be sent: no waiting for it
   }
 }
@@ -762,7 +762,7 @@ void EventFront::worker_main() {
     c->out_off = 0;
     ConnStream s(*c, out, config_, [this, &c](std::string& answer) {
       body_timeouts_++;
-      handler_.refuse({408, "the request body did not arrive in time", c->peer_ip, "", ""}, answer);
+      handler_.refuse({408, "the request body did not arrive in time", c->peer_ip, "", "", ""}, answer);
     });
     bool keep = s.flush();
     if (keep) keep = handler_.serve(s);

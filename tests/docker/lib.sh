@@ -164,7 +164,8 @@ start() {
     [[ $stdout == *"listening on "* ]] && break
     sleep 0.5
   done
-  [[ $stdout == "listening on http://0.0.0.0:$port"$'\n'* ]] ||
+  # $(...) drops the trailing newline: the line may be all there is, or the first of several.
+  [[ $stdout == "listening on http://0.0.0.0:$port" || $stdout == "listening on http://0.0.0.0:$port"$'\n'* ]] ||
     fail "kforge does not listen on 0.0.0.0 in the container: ${stdout:0:200}"
 }
 
