@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@
 #include "core/templates/kernel.hpp"
 
 namespace kforge::core::templates {
+
+// The allowed values of an int parameter (ParamSpec::allowed) from a list of ints.
+inline std::vector<nlohmann::json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
 
 // Collects the errors of one check for one answer.
 struct Problems {

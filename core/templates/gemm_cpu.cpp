@@ -19,8 +19,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
-
 // Vector registers the micro-kernel holds at once: mr x nr/vec accumulators, nr/vec B vectors
 // and one broadcast A value.
 int cpu_registers_needed(int mr, int nr, int vec) {

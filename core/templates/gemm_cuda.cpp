@@ -19,8 +19,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
-
 // How the Hopper kernel describes a 16-bit operand to the TMA unit: a 3-d tensor map over
 // (contiguous dimension, the other one, batch), in elements. `kmajor` says whether the
 // contiguous dimension is K. No stride is 0: a dimension of size 1 gets a packed stride.

@@ -17,8 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<json> ints(std::initializer_list<int> v) { return {v.begin(), v.end()}; }
-
 int64_t rocm_lds_limit(const std::string&) { return 64 * 1024; }
 
 class RocmGemm final : public GemmBackend {
