@@ -36,6 +36,47 @@ class Bench : public ::testing::Test {
   std::unique_ptr<ServerProcess> server_;
 };
 
+// A runner whose shortcut file (an autotune's seeded inputs, saved for the next runner) would
+// pass its file-size limit skips the save and still times the kernel, instead of dying of
+// SIGXFSZ: on the H100 an autotune of 7675x8192x32768 (1 GiB of inputs, the sandbox's limit)
+// lost every choice that way. The real runner, by hand (DESIGN §7's protocol), under a limit
+// of 64 KiB against 256 KiB of inputs; and under no limit, where it saves them.
+TEST_F(Bench, ARunnerSkipsASaveThatWouldPassItsFileSizeLimit) {
+  constexpr int64_t n = 65536;  // 256 KiB of floats
+  auto r = post_json(*server_, "/kernels", cpu_source_request("for (int64_t i = 0; i < n; ++i) y[i] = 2 * x[i];\n  return 0;", n, 1).dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const auto so = get(*server_, "/kernels/" + r.body["key"].get<std::string>() + "/artifact");
+  ASSERT_EQ(so.status, 200);
+  std::ofstream(scratch_ / "k.so", std::ios::binary) << so.raw;
+  const json req = {{"mode", "bench"},
+                    {"artifact", (scratch_ / "k.so").string()},
+                    {"abi", r.body["abi"]},
+                    {"tensors", {{{"name", "x"}, {"dtype", "float32"}, {"sizes", {n}}}, {{"name", "y"}, {"dtype", "float32"}, {"sizes", {n}}}}},
+                    {"scalars", {{"n", n}}},
+                    {"budget_ms", 1},
+                    {"inputs_file", (scratch_ / "inputs.bin").string()}};
+  std::ofstream(scratch_ / "req.json") << req.dump();
+  auto run = [&](const std::string& limit) {
+    // fd 3 closed: the runner answers on stdout (ctest may leave an fd 3 open in the test).
+    const std::string cmd = limit + " " KFORGE_RUNNER_CPU " < " + (scratch_ / "req.json").string() + " 3>&- 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    for (size_t got; (got = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, got);
+    const int status = ::pclose(p);
+    return std::pair{status, out};
+  };
+  const auto [limited, out] = run("prlimit --fsize=65536");
+  EXPECT_EQ(limited, 0) << out;
+  EXPECT_NE(out.find("\"status\":\"ok\""), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(scratch_ / "inputs.bin"));
+  EXPECT_FALSE(std::filesystem::exists(scratch_ / "inputs.bin.tmp"));
+  const auto [free, saved] = run("");
+  EXPECT_EQ(free, 0) << saved;
+  EXPECT_NE(saved.find("\"status\":\"ok\""), std::string::npos) << saved;
+  EXPECT_GT(std::filesystem::file_size(scratch_ / "inputs.bin"), size_t(n) * 4);
+}
+
 TEST_F(Bench, SourceKernelIsTimed) {
   auto r = post_json(*server_, "/kernels", source_request("for (int64_t i = 0; i < n; ++i) y[i] = 2 * x[i];\n  return 0;").dump());
   ASSERT_EQ(r.status, 200) << r.raw;

@@ -35,6 +35,7 @@
 // line is missing.
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <ffi.h>
 
@@ -42,6 +43,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -367,11 +369,22 @@ Comparison compare(const core::TensorMeta& m, const unsigned char* got, const un
 
 // Writes `parts` one after the other to `path`, whole or not at all (through path.tmp), for a
 // later runner of the same autotune; a file that cannot be written is only a lost shortcut.
+// One past the sandbox's file-size limit (RLIMIT_FSIZE: 1 GiB; an autotune of 7675x8192x32768
+// has 1 GiB of inputs) is not started: writing past the limit would end in EFBIG (SIGXFSZ is
+// ignored, runner_main()) and a half-written .tmp.
 void save(const std::string& path, const std::vector<std::string_view>& parts) {
+  size_t total = 0;
+  for (std::string_view p : parts) total += p.size();
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && total > limit.rlim_cur) return;
   std::ofstream out(path + ".tmp", std::ios::binary);
   for (std::string_view p : parts) out.write(p.data(), std::streamsize(p.size()));
   out.close();
-  if (out) std::rename((path + ".tmp").c_str(), path.c_str());
+  if (out) {
+    std::rename((path + ".tmp").c_str(), path.c_str());
+  } else {
+    std::remove((path + ".tmp").c_str());
+  }
 }
 
 // The tensors every kernel of a request runs on: seeded inputs (and an initial output) on
@@ -638,6 +651,8 @@ void write_line(int fd, const json& out) {
 }
 
 int runner_main() {
+  // A write past RLIMIT_FSIZE fails (EFBIG) instead of killing the runner: its files are shortcuts.
+  std::signal(SIGXFSZ, SIG_IGN);
   const int result_fd = take_result_fd();
   struct CloseAtExit {
     int fd;
