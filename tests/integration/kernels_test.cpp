@@ -318,15 +318,13 @@ TEST_F(Kernels, HipSourceForGfx90aAndGfx1030) {
                                         "/usr/lib/llvm-15/bin:/usr/lib/llvm-14/bin:/usr/bin");
   fs::path objcopy = core::find_program("objcopy", "/usr/bin:/bin");
   if (!bundler.empty() && !objcopy.empty()) {
-    core::ProcessSpec dump{.argv = {objcopy.string(), "--dump-section",
-                                    ".hip_fatbin=" + (scratch_ / "fb").string(), so.string()},
-                           .cwd = "/",
-                           .env = {"PATH=/usr/bin:/bin"}};
+    core::ProcessSpec dump;
+    dump.argv = {objcopy.string(), "--dump-section", ".hip_fatbin=" + (scratch_ / "fb").string(), so.string()};
+    dump.cwd = "/";
+    dump.env = {"PATH=/usr/bin:/bin"};
     ASSERT_TRUE(core::run_process(dump)->ok());
-    core::ProcessSpec list{
-        .argv = {bundler.string(), "--list", "--type=o", "--input=" + (scratch_ / "fb").string()},
-        .cwd = "/",
-        .env = {"PATH=/usr/bin:/bin"}};
+    core::ProcessSpec list = dump;
+    list.argv = {bundler.string(), "--list", "--type=o", "--input=" + (scratch_ / "fb").string()};
     auto out = core::run_process(list);
     ASSERT_TRUE(out && out->ok());
     EXPECT_NE(out->output.find("amdgcn-amd-amdhsa--gfx90a"), std::string::npos) << out->output;
@@ -424,7 +422,7 @@ TEST_F(Kernels, BadInputsAre4xxNamingTheFieldAndLeaveTheCacheAlone) {
   EXPECT_NE(arch.body["detail"].get<std::string>().find("x86-64"),
             std::string::npos);  // lists accepted archs
   EXPECT_TRUE(arch.body["accepted_archs"].is_array());
-  for (const std::string path :
+  for (const std::string& path :
        {std::string("/kernels/abc"), std::string("/kernels/..%2F..%2Fetc%2Fpasswd"),
         "/kernels/" + std::string(64, 'A') + "/artifact", std::string("/kernels/zz/log")}) {
     auto r = get(*server_, path);
@@ -485,9 +483,10 @@ assert err < 1e-5, err
 print("wrapper ok, max abs err", err)
 )";
   ASSERT_TRUE(core::write_file(scratch_ / "drive.py", script));
-  core::ProcessSpec spec{.argv = {"/usr/bin/python3", (scratch_ / "drive.py").string()},
-                         .cwd = scratch_.path(),
-                         .env = {"PATH=/usr/bin:/bin"}};
+  core::ProcessSpec spec;
+  spec.argv = {"/usr/bin/python3", (scratch_ / "drive.py").string()};
+  spec.cwd = scratch_.path();
+  spec.env = {"PATH=/usr/bin:/bin"};
   auto out = core::run_process(spec);
   ASSERT_TRUE(out);
   EXPECT_TRUE(out->ok()) << out->output;
@@ -516,10 +515,10 @@ TEST_F(Kernels, ToolchainsAndHealth) {
 
 TEST_F(Kernels, SubmitCliWritesArtifactSourceAndWrappers) {
   ASSERT_TRUE(core::write_file(scratch_ / "req.json", request("cpu", "native", kCpuSource)));
-  core::ProcessSpec spec{.argv = {KFORGE_BINARY, "submit", (scratch_ / "req.json").string(),
-                                  "--server", server_->url(), "--out", (scratch_ / "out").string()},
-                         .cwd = scratch_.path(),
-                         .env = {"PATH=/usr/bin:/bin"}};
+  core::ProcessSpec spec;
+  spec.argv = {KFORGE_BINARY, "submit", (scratch_ / "req.json").string(), "--server", server_->url(), "--out", (scratch_ / "out").string()};
+  spec.cwd = scratch_.path();
+  spec.env = {"PATH=/usr/bin:/bin"};
   auto out = core::run_process(spec);
   ASSERT_TRUE(out);
   ASSERT_TRUE(out->ok()) << out->output;
@@ -657,7 +656,9 @@ float run_lib_kernel(const fs::path& so, const std::string& name, float x) {
   using Fn = int (*)(const float*, float*, int64_t, size_t*, uint8_t*, void*);
   auto fn = reinterpret_cast<Fn>(::dlsym(h, name.c_str()));
   float y = NAN;
-  if (fn) EXPECT_EQ(fn(&x, &y, 1, nullptr, nullptr, nullptr), 0);
+  if (fn) {
+    EXPECT_EQ(fn(&x, &y, 1, nullptr, nullptr, nullptr), 0);
+  }
   ::dlclose(h);
   return y;
 }
