@@ -303,7 +303,7 @@ def main():
                     f"{c.get('params', {}).get('block_m')}x{c.get('params', {}).get('block_n')}"
                     f"/s{c.get('params', {}).get('stages')}/w{c.get('params', {}).get('warps')}"
                     f"/k{c.get('params', {}).get('split_k', 1)}/c{c.get('params', {}).get('cluster_m', 1)}"
-                    f"{'/t' + str(c['params']['tail_split']) if c.get('params', {}).get('tail_split', 1) > 1 else ''}"
+                    f"{'/sk' + str(c['params']['stream_k']) if c.get('params', {}).get('stream_k', 0) > 0 else ''}"
                     for c in j.get("choices", [])), flush=True)
             elif bench.get("phases_ms"):
                 print(f"{'':>42}runner phases (ms): {json.dumps({k: round(v, 1) for k, v in bench['phases_ms'].items()})}", flush=True)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -22,11 +23,22 @@ using nlohmann::json;
 // How the Hopper kernel describes a 16-bit operand to the TMA unit: a 3-d tensor map over
 // (contiguous dimension, the other one, batch), in elements. `kmajor` says whether the
 // contiguous dimension is K. No stride is 0: a dimension of size 1 gets a packed stride.
+// `packed`: the operand's own strides or offset are not the 16-byte multiples TMA needs (a
+// row of an odd length, say), so the kernel first copies it into the workspace with rows of
+// `outer_stride` (its length rounded up to 8 elements) and maps that copy; src_* are the
+// operand's own strides, which the copy reads.
 struct TmaOperand {
   bool kmajor = true;
   int64_t inner = 0, outer = 0, batch = 1;
   int64_t outer_stride = 0, batch_stride = 0;
+  bool packed = false;
+  int64_t src_outer_stride = 0, src_batch_stride = 0;
 };
+
+// Bytes of the workspace a packed operand's copy takes (256-byte aligned, as each region of
+// the wgmma kernel's workspace is: wgmma.cuh's workspace_bytes()).
+uint64_t align256(uint64_t x) { return (x + 255) / 256 * 256; }
+uint64_t packed_bytes(const TmaOperand& t) { return t.packed ? align256(uint64_t(t.batch) * uint64_t(t.batch_stride) * 2) : 0; }
 
 // The cuda kernel a request's params select.
 enum class CudaMma { kMmaSync, kWgmma };
@@ -47,8 +59,9 @@ int wgmma_splits(const GemmProblem& p, int split_k) {
   return int((slices + per - 1) / per);
 }
 
-// nullopt (with the reason) where TMA cannot load the operand: neither M/N nor K has unit
-// stride, or a stride or the offset is not a multiple of 16 bytes. operand 0 is A, 1 is B.
+// nullopt (with the reason) where TMA cannot load the operand, even copied: neither M/N nor K
+// has unit stride, or a dimension or stride is past TMA's range. A stride or offset that is
+// not a multiple of 16 bytes makes a packed operand. operand 0 is A, 1 is B.
 std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::string* why = nullptr) {
   const bool a = operand == 0;
   const int64_t mn = a ? p.M : p.N, k = p.K;
@@ -69,11 +82,15 @@ std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::st
     return fail("neither its K nor its " + std::string(a ? "M" : "N") + " dimension has stride 1");
   }
   if (t.outer == 1) t.outer_stride = round_up(t.inner);
-  if (t.outer_stride % kVec != 0) return fail("its stride " + std::to_string(t.outer_stride) + " is not a multiple of 8 elements (16 bytes)");
   t.batch = s_b == 0 ? 1 : p.batch;
   t.batch_stride = t.batch == 1 ? round_up(t.outer_stride * t.outer) : s_b;
-  if (t.batch_stride % kVec != 0) return fail("its batch stride " + std::to_string(s_b) + " is not a multiple of 8 elements (16 bytes)");
-  if (off % kVec != 0) return fail("its offset " + std::to_string(off) + " is not a multiple of 8 elements (16 bytes)");
+  if (t.outer_stride % kVec != 0 || t.batch_stride % kVec != 0 || off % kVec != 0) {
+    t.packed = true;
+    t.src_outer_stride = t.outer_stride;
+    t.src_batch_stride = t.batch == 1 ? 0 : s_b;
+    t.outer_stride = round_up(t.inner);
+    t.batch_stride = round_up(t.outer_stride * t.outer);
+  }
   // TMA coordinates are 32-bit signed, and a tile may start 256 past the last row.
   constexpr int64_t kMaxStrideBytes = int64_t(1) << 40, kMaxDim = (int64_t(1) << 31) - 256;
   if (t.batch_stride * 2 >= kMaxStrideBytes || t.outer_stride * 2 >= kMaxStrideBytes) return fail("a stride is 2^40 bytes or more");
@@ -110,7 +127,7 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
     if (r.archs[i] != "sm_90a") p.add(arch_field(r, i), "wgmma exists only on the arch-specific Hopper target sm_90a, not " + r.archs[i]);
   }
   if (bk != 64) p.add("/params/block_k", "the wgmma kernel loads 64-element (128-byte swizzled) K slices: block_k must be 64, not " + std::to_string(bk));
-  if (bn % 64 != 0) p.add("/params/block_n", "the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128 or 256");
+  if (bn % 64 != 0) p.add("/params/block_n", "the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128, 192 or 256");
   if (warps != 8 && warps != 12) {
     p.add("/params/warps", "the wgmma kernel runs one producer and one or two consumer warpgroups: warps is 8 or 12, not " + std::to_string(warps));
   } else {
@@ -132,8 +149,15 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
     p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
                                  " slices of 64) into parts with nothing to do: it must be at most " + std::to_string(slices));
   }
-  if (q.value("tail_split", 1) != 1 && (q["split_k"] != 1 || q["cluster_m"] != 1))
-    p.add("/params/tail_split", "tail_split cuts the last wave's tiles itself: it takes split_k 1 and cluster_m 1");
+  if (const int c = q["cluster_m"]; c > 1) {
+    const auto tb = tma_operand(g, 1);
+    if (tb && tb->kmajor && (bn % c != 0 || bn / c % 8 != 0)) {
+      p.add("/params/cluster_m", "each block of a cluster loads block_n / cluster_m rows of a K-major B, whole 8-row swizzle atoms: " +
+                                     std::to_string(bn) + " / " + std::to_string(c) + " is not a multiple of 8");
+    }
+  }
+  if (q.value("stream_k", 0) != 0 && (q["split_k"] != 1 || q["cluster_m"] != 1))
+    p.add("/params/stream_k", "stream_k shares out K slices itself: it takes split_k 1 and cluster_m 1");
   for (int i = 0; i < 2; ++i) {
     std::string why;
     if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(i) + "/strides", std::string(i ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
@@ -156,13 +180,14 @@ int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
   return int(split);
 }
 
-// The parts of K the tail_split kernel cuts each tile of its last wave into on an H100 (as
-// wgmma.cuh's rows_of() at launch): as many as the SMs the tail leaves idle take, at most 8,
-// none when the tiles fill their waves.
-int wave_tail_parts(const GemmProblem& g, int bm, int bn) {
-  const int64_t tiles = tile_count(g, bm, bn), tail = tiles % kSms, slices = (g.K + 63) / 64;
-  if (tail == 0) return 1;
-  return int(std::min<int64_t>({8, kSms / tail, 160 / tail, slices}));
+// The parts to split K into so that bm x bn tiles fill an H100's 132 SMs once: as many as
+// fit (at most 8), at least 4 K slices each; 1 where the tiles fill two thirds of the SMs.
+int fill_split_k(const GemmProblem& g, int bm, int bn) {
+  const int64_t tiles = tile_count(g, bm, bn), slices = (g.K + 63) / 64;
+  if (tiles * 3 > kSms * 2) return 1;
+  int64_t split = std::min<int64_t>(8, kSms / tiles);
+  while (split > 1 && slices / split < 4) --split;
+  return int(split);
 }
 
 // Whether the Hopper kernel can run this request (its defaults and choices). The catalog
@@ -176,7 +201,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 1}, {"cluster_m", 1}, {"mma", "wgmma"}};
+const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"stream_k", 0}, {"cluster_m", 1}, {"mma", "wgmma"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -228,20 +253,21 @@ class CudaGemm final : public GemmBackend {
 
 std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
   return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
-          {"block_n", "int", ints({32, 64, 128, 256}), 128, "columns of C per thread block"},
+          {"block_n", "int", ints({32, 64, 128, 192, 256}), 128, "columns of C per thread block"},
           {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
           {"warps", "int", ints({1, 2, 4, 8, 12}), 8, "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8 or 12 (one producer and one or two consumer warpgroups)"},
           {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
           {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
            "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
            "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
-          {"tail_split", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
-           "wgmma only: where the tiles leave the last wave of resident blocks partial, that wave's tiles are cut into "
-           "up to this many parts of K (as many as the idle SMs take, counted at launch from M), whose partial sums a "
-           "second kernel adds up (workspace_bytes: 160 tiles of block_m x block_n x 4); 1: never"},
-          {"cluster_m", "int", ints({1, 2}), 1,
-           "wgmma only: blocks per thread-block cluster, on tiles of one column that share B, each loading half of B and "
-           "multicasting it to both"},
+          {"stream_k", "int", ints({0, 1, 2}), 0,
+           "wgmma only: where the tiles leave the last wave of resident blocks partial, its tiles (1), or those and one "
+           "full wave before them (2), are shared out by K slice, the same number of slices to every block (stream-K); the "
+           "pieces that are not whole tiles leave float partial sums that a second kernel adds up (workspace_bytes: 320 "
+           "tiles of block_m x block_n x 4); 0: every tile whole"},
+          {"cluster_m", "int", ints({1, 2, 3, 4}), 1,
+           "wgmma only: blocks per thread-block cluster, on consecutive tiles of one column that share B, each loading "
+           "1 / cluster_m of B and multicasting it to all (a K-major B: block_n / cluster_m a multiple of 8)"},
           {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
            "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
            "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
@@ -280,20 +306,16 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       int cluster_m = 1;
     };
     static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
-                                                 {128, 128, 8, 6, 0.85}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
+                                                 {128, 128, 8, 6, 0.85}, {128, 192, 12, 5, 0.95}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
                                                  {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
     auto estimate = [&](const Tiling& t) {
       return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
     };
-    // With the last wave's tiles cut into parts of K (tail_split): the full waves, then the
-    // tail's parts spread over the SMs, each part that fraction of a tile, and 5 % for adding
-    // the parts up; the same parts the kernel takes at launch (wave_tail_parts).
-    auto estimate_tail = [&](const Tiling& t) {
-      const int64_t tiles = tile_count(g, t.bm, t.bn), tail = tiles % kSms, parts = wave_tail_parts(g, t.bm, t.bn);
-      // Fewer tiles than SMs: split_k's choices below cover those.
-      if (t.cluster_m > 1 || parts < 2 || tiles < kSms) return std::numeric_limits<double>::max();
-      const double waves = double(tiles / kSms) + double((tail * parts + kSms - 1) / kSms) / double(parts);
-      return 1.05 * waves * t.bm * t.bn / t.efficiency;
+    // K split so that fewer tiles than SMs fill them: the split's waves of a split's work, and
+    // 10 % for the partial sums and adding them up.
+    auto estimate_split = [&](const Tiling& t, int split) {
+      const int64_t units = tile_count(g, t.bm, t.bn) * split;
+      return 1.1 * double((units + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency / split;
     };
     const bool compute_bound = tile_count(g, 128, 256) >= kSms;
     double best = std::numeric_limits<double>::max();
@@ -303,19 +325,54 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
                      {"cluster_m", t.cluster_m}, {"mma", "wgmma"}});
     }
-    // A last wave that leaves SMs idle (a tile count just past a wave, a ragged M): the
-    // tilings that cutting its tiles into parts of K makes clearly faster than their whole
-    // tiles (3 % by the model), the three best, within the pruning margin of the best.
-    std::vector<std::pair<double, const Tiling*>> tails;
+    // Fewer tiles than SMs (a skinny or ragged M, a small problem): each SM then streams a
+    // whole K range on its own, at the bandwidth one SM gets from L2, while the others idle
+    // (257x4096x4096 in 66 tiles of 128x192: 0.78x cuBLAS). The tilings whose K split fills
+    // the SMs the model puts 3 % or more ahead of their whole tiles, the three best, within
+    // the pruning margin of the best. (Stream-K, `stream_k`, shares out the K slices of a
+    // partial last wave instead; it lost to the whole tiles in every case of the issue-42 run,
+    // its partial tiles' fix-up costing more than the balance gains: docs/BENCHMARKS.md.)
+    std::vector<std::pair<double, json>> splits;
+    std::set<std::pair<int, int>> split_tiles = {{64, 128}};  // 64x128 below, as the default splits it
     for (const Tiling& t : kTilings) {
-      const double e = estimate_tail(t);
-      if (e < 0.97 * estimate(t) && e <= 1.15 * best && !(g.M <= 64 && t.bm > 64)) tails.push_back({e, &t});
+      const int split = fill_split_k(g, t.bm, t.bn);
+      if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64) || !split_tiles.insert({t.bm, t.bn}).second) continue;
+      const double e = estimate_split(t, split);
+      if (e < 0.97 * estimate(t) && e <= 1.15 * best) {
+        splits.push_back({e, {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", split},
+                              {"cluster_m", 1}, {"mma", "wgmma"}}});
+      }
     }
-    std::sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (tails.size() > 3) tails.resize(3);
-    for (const auto& [e, t] : tails) {
-      out.push_back({{"block_m", t->bm}, {"block_n", t->bn}, {"block_k", 64}, {"warps", t->warps}, {"stages", t->stages}, {"split_k", 1},
-                     {"tail_split", 8}, {"cluster_m", 1}, {"mma", "wgmma"}});
+    std::stable_sort(splits.begin(), splits.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (splits.size() > 3) splits.resize(3);
+    for (auto& [e, c] : splits) out.push_back(std::move(c));
+    // A few rows of tiles (a skinny or ragged M: 257 rows are three of 128) against many
+    // columns: every row of tiles reads all of B through L2, which then bounds the time (257x
+    // 4096x4096 moved 140 MB from L2 in 35 us at 0.78x cuBLAS, whole or split). A column's
+    // rows of tiles as one cluster read B once and multicast it (cluster_m = the rows, up to
+    // 4), with K split where the clusters' blocks fill less than two thirds of the SMs. Ranked
+    // by the bytes they move from L2 over the share of the SMs they keep busy, the three best.
+    if (!compute_bound && g.batch == 1) {
+      const auto tb = tma_operand(g, 1);
+      std::vector<std::pair<double, json>> clusters;
+      std::set<std::pair<int, int>> seen;
+      for (const Tiling& t : kTilings) {
+        const int64_t rows = (g.M + t.bm - 1) / t.bm, cols = (g.N + t.bn - 1) / t.bn;
+        if (t.cluster_m > 1 || rows < 2 || rows > 4 || !seen.insert({t.bm, t.bn}).second) continue;
+        const int c = int(rows);
+        if (tb && tb->kmajor && (t.bn % c != 0 || t.bn / c % 8 != 0)) continue;  // a block's share of a K-major B: whole 8-row atoms
+        const int64_t blocks = rows * cols;
+        int split = 1;
+        if (blocks * 3 <= kSms * 2) split = int(std::min<int64_t>(8, kSms / blocks));
+        while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
+        const double bytes = double(cols) * double(g.M) * double(g.K) + double(g.K) * double(g.N);
+        const double busy = std::min(1.0, double(blocks * split) / double(kSms));
+        clusters.push_back({bytes / busy, {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages},
+                                           {"split_k", split}, {"cluster_m", c}, {"mma", "wgmma"}}});
+      }
+      std::stable_sort(clusters.begin(), clusters.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (clusters.size() > 3) clusters.resize(3);
+      for (auto& [e, c] : clusters) out.push_back(std::move(c));
     }
     // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
     const int split = small_problem_split_k(g, 64, 128);
@@ -362,7 +419,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
   if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
-  if (q.value("tail_split", 1) != 1) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q.value("stream_k", 0) != 0) p.add("/params/stream_k", "stream_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) {
@@ -456,15 +513,19 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
     const auto ta = tma_operand(p, 0), tb = tma_operand(p, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
-    const int split_k = wgmma_splits(p, q["split_k"].get<int>()), tail_split = q.value("tail_split", 1);
-    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;  // at the request's M
-    if (tail_split > 1) workspace_bytes = 160ull * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;  // wgmma.cuh TAIL_SLOTS
-    s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>());
+    const int split_k = wgmma_splits(p, q["split_k"].get<int>()), stream_k = q.value("stream_k", 0);
+    // wgmma.cuh's workspace_bytes(): the partial sums, then the packed operands' copies, at the request's M.
+    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;
+    if (stream_k > 0) workspace_bytes = 2 * 160ull * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;  // 2 MAX_SMS slots
+    if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
+    s.set("split_k", split_k).set("stream_k", stream_k).set("cluster_m", q["cluster_m"].get<int>());
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {
       s.set(std::string(prefix) + "inner", t.inner).set(std::string(prefix) + "outer", t.outer).set(std::string(prefix) + "batch", t.batch);
       s.set(std::string(prefix) + "outer_stride", t.outer_stride).set(std::string(prefix) + "batch_stride", t.batch_stride);
+      s.set(std::string(prefix) + "packed", b(t.packed)).set(std::string(prefix) + "src_outer_stride", t.src_outer_stride);
+      s.set(std::string(prefix) + "src_batch_stride", t.src_batch_stride);
     }
     if (p.any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
       s.set("a_outer", "M").set("a_batch_stride", "(uint64_t(M) * " + std::to_string(ta->outer_stride) + " + 7) / 8 * 8");

@@ -357,7 +357,7 @@ def main():
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only-wgmma", action="store_true", help="only the sm_90a wgmma cases")
-    ap.add_argument("--match", default="", help="only the cases whose label contains this")
+    ap.add_argument("--match", default="", help="only the cases whose label contains this (or one of these, comma-separated)")
     args = ap.parse_args()
     torch.manual_seed(0)
     work = tempfile.mkdtemp(prefix="kforge-gpu-")
@@ -475,29 +475,45 @@ def main():
                    params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 2, "mma": "wgmma"})
             report(f"wgmma {dtype} default 1x4096x4096 (split K)", run_case, url=url, workdir=work, dtype=dtype, M=1, N=4096, K=4096,
                    ta=False, tb=False, arch="sm_90a")
-        # The last wave's tiles cut into parts of K (tail_split): a tile count just past a wave
-        # (257 rows of 64x128 tiles: a wave of 132 and 28 more), ragged N and K, every layout,
-        # an epilogue, a batch whose tiles spread over the wave, bf16, and a kernel taking M at
-        # run time whose tail changes with M (none at some, parts of 2 to 8 at others).
-        tail = {"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 1, "tail_split": 8, "mma": "wgmma"}
-        chain_tail = [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}]
+        # Stream-K: the tiles past the last full wave (stream_k 1), or those and one full wave
+        # (2), shared out by K slice, a block's range crossing tiles: a tile count just past a
+        # wave (257 rows of 64x128 tiles: a wave of 132 and 28 more), fewer tiles than SMs (64
+        # of 64x128 at 130 rows), ragged N and K, every layout, an epilogue, a batch whose tiles
+        # spread over the blocks, bf16, 128x192 tiles, a K of one slice (fewer slices than SMs),
+        # and a kernel taking M at run time whose shared tiles change with M (none at some).
+        # The workspace is NaN-filled, so a slot read but not written shows.
+        sk = {"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 1, "stream_k": 1, "mma": "wgmma"}
+        sk2 = dict(sk, stream_k=2)
+        chain_sk = [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}]
         for dtype in ("float16", "bfloat16"):
             for layout in range(4):  # an M-major A needs M a multiple of 8 (TMA): 264 rows there
                 ta, tb = bool(layout // 2), bool(layout % 2)
                 m = 264 if ta else 257
-                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} tail_split {m}x4104x1000", run_case, url=url, workdir=work, dtype=dtype,
-                       M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a", params=tail)
+                for mode, params in ((1, sk), (2, sk2)):
+                    report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} stream_k {mode} {m}x4104x1000", run_case, url=url, workdir=work,
+                           dtype=dtype, M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a", params=params)
             bias = torch.randn(4096, device="cuda", dtype=torch.float32)
-            report(f"wgmma {dtype} tail_split add+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=257, N=4096,
+            report(f"wgmma {dtype} stream_k add+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=257, N=4096,
                    K=4096, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
-                   extra=[("bias", bias)], arch="sm_90a", params=tail)
-            report(f"wgmma {dtype} tail_split batched 5x 130x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=130, N=1000,
-                   K=520, ta=False, tb=True, batch=5, arch="sm_90a", params=tail)
-            report(f"wgmma {dtype} tail_split 128x256 2048x11008x4096", run_case, url=url, workdir=work, dtype=dtype, M=2048, N=11008,
+                   extra=[("bias", bias)], arch="sm_90a", params=sk)
+            report(f"wgmma {dtype} stream_k batched 5x 130x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=130, N=1000,
+                   K=520, ta=False, tb=True, batch=5, arch="sm_90a", params=sk)
+            report(f"wgmma {dtype} stream_k 130x1000x64 (one K slice)", run_case, url=url, workdir=work, dtype=dtype, M=130, N=1000,
+                   K=64, ta=False, tb=False, arch="sm_90a", params=sk)
+            report(f"wgmma {dtype} stream_k 2 128x256 2048x11008x4096", run_case, url=url, workdir=work, dtype=dtype, M=2048, N=11008,
                    K=4096, ta=False, tb=False, arch="sm_90a",
-                   params={**tail, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4})
-        report("wgmma float16 runtime M tail_split 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=tail,
-               M0=257, Ms=[1, 64, 257, 300, 2049], N=4104, K=1000, ops=chain_tail)
+                   params={**sk2, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4})
+            report(f"wgmma {dtype} 128x192 3072x3072x3072", run_case, url=url, workdir=work, dtype=dtype, M=3072, N=3072, K=3072,
+                   ta=False, tb=True, arch="sm_90a",
+                   params={"block_m": 128, "block_n": 192, "block_k": 64, "warps": 12, "stages": 5, "split_k": 1, "mma": "wgmma"})
+            report(f"wgmma {dtype} stream_k 2 128x192 3072x3072x3072 add+gelu", run_case, url=url, workdir=work, dtype=dtype, M=3072,
+                   N=3072, K=3072, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
+                   extra=[("bias", torch.randn(3072, device="cuda", dtype=torch.float32))], arch="sm_90a",
+                   params={**sk2, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5})
+        report("wgmma float16 runtime M stream_k 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=sk,
+               M0=257, Ms=[1, 64, 257, 300, 2049, 4224], N=4104, K=1000, ops=chain_sk)
+        report("wgmma bfloat16 runtime M stream_k 2 64x128", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16", params=sk2,
+               M0=257, Ms=[1, 257, 2049, 4224], N=4104, K=1000, ops=chain_sk)
         # Clusters of two blocks on two tiles of a column, each multicasting half of B to both:
         # every layout (a K-major and an N-major B take different multicast paths), an odd
         # number of tile rows (the last pair's second tile lies past M), one consumer
@@ -528,6 +544,53 @@ def main():
         report("wgmma float16 cluster_m 2 split_k 3 200x392x800", run_case, url=url, workdir=work, dtype="float16",
                M=200, N=392, K=800, ta=False, tb=False, arch="sm_90a",
                params={**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8, "split_k": 3})
+        # Operands whose strides TMA cannot take (a row of an odd length), copied into the
+        # workspace first: A with K odd (its rows), B with N odd (and so C, stored without TMA),
+        # an M-major A with M odd, a K-major B with K odd, both at once in a batch whose batch
+        # strides are odd too, split-K beside the copies, an epilogue, the default parameters,
+        # and a kernel taking M at run time whose copy of A follows M.
+        pk = {"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 1, "cluster_m": 1, "mma": "wgmma"}
+        for dtype in ("float16", "bfloat16"):
+            report(f"wgmma {dtype} packed A (K odd) 65x2560x6849", run_case, url=url, workdir=work, dtype=dtype, M=65, N=2560, K=6849,
+                   ta=False, tb=False, arch="sm_90a", params=pk)
+            report(f"wgmma {dtype} packed A split_k 3 65x2560x6849", run_case, url=url, workdir=work, dtype=dtype, M=65, N=2560,
+                   K=6849, ta=False, tb=False, arch="sm_90a", params=dict(pk, split_k=3))
+            report(f"wgmma {dtype} packed B (N odd) add+gelu 300x4097x1000", run_case, url=url, workdir=work, dtype=dtype, M=300,
+                   N=4097, K=1000, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
+                   extra=[("bias", torch.randn(4097, device="cuda", dtype=torch.float32))], arch="sm_90a",
+                   params=dict(pk, block_m=128, block_n=192, warps=12, stages=5))
+            report(f"wgmma {dtype} packed TN (M odd) 257x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=257, N=1000,
+                   K=520, ta=True, tb=False, arch="sm_90a", params=pk)
+            report(f"wgmma {dtype} packed NT (K odd) 200x1000x777", run_case, url=url, workdir=work, dtype=dtype, M=200, N=1000,
+                   K=777, ta=False, tb=True, arch="sm_90a", params=pk)
+            report(f"wgmma {dtype} packed both batched 3x 65x1001x517", run_case, url=url, workdir=work, dtype=dtype, M=65, N=1001,
+                   K=517, ta=False, tb=False, batch=3, arch="sm_90a", params=pk)
+            report(f"wgmma {dtype} packed default params 3905x4097x4096", run_case, url=url, workdir=work, dtype=dtype, M=3905,
+                   N=4097, K=4096, ta=False, tb=False, arch="sm_90a")
+        report("wgmma float16 runtime M packed A 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=pk,
+               M0=257, Ms=[1, 65, 257, 2049], N=4104, K=1001, ops=[{"op": "add", "input": 2}, {"op": "mul", "input": 3}])
+        # Clusters of three and four on a ragged M's rows of tiles, B read once and multicast
+        # to all: every layout (a K-major B's share is block_n / cluster_m rows), the last
+        # cluster's tiles past M (257 rows: 128 + 128 + 1), 64-column panels fewer than the
+        # blocks (128 columns in clusters of three: one block loads no B), split-K, an
+        # epilogue, and a kernel taking M at run time (one cluster row or several).
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                m = 264 if ta else 257
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} cluster_m 3 128x192 split_k 2 {m}x4104x1000", run_case, url=url, workdir=work,
+                       dtype=dtype, M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a",
+                       params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5, "split_k": 2})
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} cluster_m 4 64x256 200x1000x520", run_case, url=url, workdir=work,
+                       dtype=dtype, M=200, N=1000, K=520, ta=ta, tb=tb, arch="sm_90a",
+                       params={**c2, "cluster_m": 4, "block_m": 64, "block_n": 256, "warps": 8, "stages": 5})
+            report(f"wgmma {dtype} NN cluster_m 3 128x128 257x4096x4096 add+gelu", run_case, url=url, workdir=work, dtype=dtype,
+                   M=257, N=4096, K=4096, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
+                   extra=[("bias", torch.randn(4096, device="cuda", dtype=torch.float32))], arch="sm_90a",
+                   params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6})
+        report("wgmma float16 runtime M cluster_m 3 128x192", run_case_runtime_m, url=url, workdir=work, dtype="float16",
+               params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5},
+               M0=257, Ms=[1, 129, 257, 385, 2049], N=4104, K=1000, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
         # M as an argument: one kernel for every M (ragged, smaller and larger than the one it
         # was built for), with split-K (whose workspace grows with M), clusters (an odd number
         # of tile rows) and an epilogue with an [M, N] input.
@@ -548,7 +611,7 @@ def main():
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]
         if args.match:
-            cases[:] = [c for c in cases if args.match in c[0]]
+            cases[:] = [c for c in cases if any(m in c[0] for m in args.match.split(","))]
 
         # The cases compile concurrently (the service runs one nvcc per request thread).
         with concurrent.futures.ThreadPoolExecutor(max_workers=12) as pool:

@@ -583,7 +583,10 @@ TEST_F(Gemm, RenderIsADryRunAndTemplatesAreDescribed) {
 // ---- gpu code, compiled here and inspected ------------------------------------------------
 
 std::string disassemble(const std::vector<std::string>& argv) {
-  core::ProcessSpec spec{.argv = argv, .cwd = "/", .env = {"PATH=/usr/bin:/bin"}};
+  core::ProcessSpec spec;
+  spec.argv = argv;
+  spec.cwd = "/";
+  spec.env = {"PATH=/usr/bin:/bin"};
   spec.output_cap = 64 << 20;
   auto r = core::run_process(spec);
   return r && r->ok() ? r->output : "";
@@ -632,8 +635,10 @@ TEST_F(Gemm, CudaCasesCompileAndSm90Float16UsesTensorCores) {
     ASSERT_TRUE(core::write_file(cu, rr.body["source"].get<std::string>()));
     fs::path nvcc = core::find_program("nvcc", "/usr/local/cuda/bin");
     fs::path cubin = scratch_->path() / "tc.cubin";
-    core::ProcessSpec spec{.argv = {nvcc.string(), "-cubin", "-arch=sm_90", "-o", cubin.string(), cu.string()}, .cwd = scratch_->path(),
-                           .env = {"PATH=/usr/local/cuda/bin:/usr/bin:/bin", "HOME=" + scratch_->path().string()}};
+    core::ProcessSpec spec;
+    spec.argv = {nvcc.string(), "-cubin", "-arch=sm_90", "-o", cubin.string(), cu.string()};
+    spec.cwd = scratch_->path();
+    spec.env = {"PATH=/usr/local/cuda/bin:/usr/bin:/bin", "HOME=" + scratch_->path().string()};
     auto out = core::run_process(spec);
     ASSERT_TRUE(out && out->ok()) << (out ? out->output : "");
     fs::path nvdisasm = core::find_program("nvdisasm", "/usr/local/cuda/bin");
@@ -642,8 +647,8 @@ TEST_F(Gemm, CudaCasesCompileAndSm90Float16UsesTensorCores) {
     } else {
       // Without a disassembler, the PTX carried in the fat binary must hold the mma.
       fs::path ptx = scratch_->path() / "tc.ptx";
-      core::ProcessSpec p2{.argv = {nvcc.string(), "-ptx", "-arch=sm_90", "-o", ptx.string(), cu.string()}, .cwd = scratch_->path(),
-                           .env = {"PATH=/usr/local/cuda/bin:/usr/bin:/bin", "HOME=" + scratch_->path().string()}};
+      core::ProcessSpec p2 = spec;
+      p2.argv = {nvcc.string(), "-ptx", "-arch=sm_90", "-o", ptx.string(), cu.string()};
       ASSERT_TRUE(core::run_process(p2)->ok());
       EXPECT_NE(core::read_file(ptx).value().find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"), std::string::npos);
     }
@@ -794,12 +799,20 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   json f32 = wg;
   f32["inputs"][0]["dtype"] = f32["inputs"][1]["dtype"] = f32["output"]["dtype"] = "float32";
   bad(f32, "/params/mma", "float16 or bfloat16");
+  // A leading dimension TMA cannot take (516: not a multiple of 8) is copied into the workspace
+  // first; an operand with no unit stride at all cannot be loaded even so.
   json unaligned = wg;
   unaligned["inputs"][0] = tensor("A", "float16", {512, 512}, {1, 516});  // column-major, leading dimension 516
-  bad(unaligned, "/inputs/0/strides", "multiple of 8");
-  // Without params, a layout TMA cannot load falls back to the mma_sync kernel by itself.
+  auto packed = post_json(*server_, "/render", unaligned.dump());
+  ASSERT_EQ(packed.status, 200) << packed.raw.substr(0, 2000);
+  EXPECT_NE(packed.body["source"].get<std::string>().find("constexpr bool A_PACKED = true, B_PACKED = false;"), std::string::npos);
+  EXPECT_EQ(packed.body["workspace_bytes"], 512 * 512 * 2);  // the copy: 512 columns of 512, dense
+  json strided = wg;
+  strided["inputs"][0] = tensor("A", "float16", {512, 512}, {1032, 2});
+  bad(strided, "/inputs/0/strides", "stride 1");
+  // Without params, such a layout falls back to the mma_sync kernel by itself.
   json fallback = req;
-  fallback["inputs"][0] = tensor("A", "float16", {512, 512}, {1, 516});
+  fallback["inputs"][0] = tensor("A", "float16", {512, 512}, {1032, 2});
   auto fb = post_json(*server_, "/kernels", fallback.dump());
   ASSERT_EQ(fb.status, 200) << fb.raw.substr(0, 2000);
   EXPECT_EQ(fb.body["template"]["params"]["mma"], "mma_sync");

@@ -1,7 +1,7 @@
 // The Hopper gemm's default search (the cuda backend's default_choices, gemm_cuda.cpp, on
-// sm_90a): wgmma tilings only, pruned by the cost model where the problem is compute-bound
-// (which alone tries clusters), split-K added where the tiles leave SMs idle. And which gelu
-// each rendering uses.
+// sm_90a): wgmma tilings only, pruned by the cost model where the problem is compute-bound,
+// split-K and clusters over a few rows of tiles added where the tiles leave SMs idle; operands
+// whose strides TMA cannot take copied into the workspace. And which gelu each rendering uses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,48 +27,54 @@ TensorMeta matrix(const std::string& name, int64_t batch, int64_t rows, int64_t 
   return t;
 }
 
-// "bm x bn / split", and "c2" for a cluster of two, for each choice, all of them wgmma.
-std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
+// A sm_90a gemm of C[batch, M, N] = A[batch, M, K] B[batch, K, N], every tensor contiguous.
+TemplateRequest hopper_request(int64_t batch, int64_t M, int64_t N, int64_t K) {
   TemplateRequest r;
   r.backend = Backend::kCuda;
   r.archs = {"sm_90a"};
   r.spec.name = "gemm";
   r.spec.inputs = {matrix("A", batch, M, K), matrix("B", batch, K, N)};
   r.spec.output = matrix("C", batch, M, N);
+  return r;
+}
+
+// "bm x bn / split", and "c2" for a cluster of two, for each choice, all of them wgmma.
+std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
+  const TemplateRequest r = hopper_request(batch, M, N, K);
   std::multiset<std::string> out;
   for (const auto& c : Registry::builtin().find("gemm")->default_choices(r)) {
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
-               std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) == 2 ? "c2" : "") +
-               (c.value("tail_split", 1) > 1 ? "t" : ""));
+               std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) > 1 ? "c" + std::to_string(c["cluster_m"].get<int>()) : "") +
+               (c.value("stream_k", 0) > 0 ? "s" + std::to_string(c["stream_k"].get<int>()) : ""));
   }
   return out;
 }
 
-// A last wave that leaves most SMs idle: the tilings whose last-wave tiles cut into parts of
-// K (tail_split, "t") the model puts clearly ahead are tried too, at most three; where the
-// last wave is nearly full (4096^3: 116 of 132) or the tiles are fewer than the SMs (split-K's
-// case), none are.
-TEST(GemmChoices, APartialLastWaveTriesCuttingItsTilesIntoPartsOfK) {
-  auto tails = [](const std::multiset<std::string>& c) {
-    return std::count_if(c.begin(), c.end(), [](const std::string& s) { return s.ends_with("t"); });
-  };
-  // 2048x11008x4096: 688 tiles of 128x256, 5 waves and 28 (a fifth of a wave).
-  const auto llm = hopper_choices(1, 2048, 11008, 4096);
-  EXPECT_GE(tails(llm), 1);
-  EXPECT_LE(tails(llm), 3);
-  EXPECT_TRUE(llm.count("128x256/1t")) << ::testing::PrintToString(llm);
-  // 257x4096x4096: M one past two 128-row tiles; 64-row tiles, 160 of 64x128: a wave and 28.
-  EXPECT_GE(tails(hopper_choices(1, 257, 4096, 4096)), 1);
-  EXPECT_EQ(tails(hopper_choices(1, 4096, 4096, 4096)), 0);
-  EXPECT_EQ(tails(hopper_choices(1, 1, 4096, 4096)), 0);
-  EXPECT_EQ(tails(hopper_choices(1, 100, 1000, 1000)), 0);
+// Fewer tiles than SMs: the tilings whose K split fills the SMs the model puts clearly ahead
+// are tried split too, at most three; a tiling whose tiles fill two thirds of the SMs is not
+// split, nor are compute-bound problems.
+TEST(GemmChoices, FewerTilesThanSmsTrySplittingKToFillThem) {
+  // 257x4096x4096: 66 tiles of 128x192 (2 ways: 132 units), 48 of 128x256 and 64 of 256x128
+  // (2 ways); 96 of 128x128 and 80 of 64x256 fill two thirds of the SMs.
+  const auto ragged = hopper_choices(1, 257, 4096, 4096);
+  for (const char* c : {"128x192/2", "128x256/2", "256x128/2"}) EXPECT_EQ(ragged.count(c), 1u) << c << ::testing::PrintToString(ragged);
+  // The three rows of 128 as one cluster that reads B once (with K split to fill the SMs):
+  // 66 blocks of 128x192 (2 ways), 48 of 128x256 (2 ways); 256x128's two rows in pairs.
+  for (const char* c : {"128x192/2c3", "128x256/2c3", "256x128/2c2"}) EXPECT_EQ(ragged.count(c), 1u) << c << ::testing::PrintToString(ragged);
+  EXPECT_EQ(ragged.count("128x128/2") + ragged.count("64x256/2"), 0u) << ::testing::PrintToString(ragged);
+  // 3072^3 in 128x192 tiles: 384 (2.9 waves) leave every other tiling 15 % or more behind.
+  EXPECT_EQ(hopper_choices(1, 3072, 3072, 3072), (std::multiset<std::string>{"128x192/1"}));
+  for (const std::string& c : hopper_choices(1, 2048, 11008, 4096)) EXPECT_TRUE(c.find("/1") != std::string::npos) << c;
+  // No choice takes stream-K (it lost every issue-42 case on the H100).
+  for (const std::string& c : ragged) EXPECT_EQ(c.find('s'), std::string::npos) << c;
 }
 
 TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
   // 4096^3: 512 tiles of 128x256 (4 waves on 132 SMs), also tried in clusters of two; 128x128
   // with two consumers is 1.11x the best; 64x256 and 128x128 with one consumer 1.18x, and
   // 64x128 and 128x64 tiles (16 waves of a quarter of the work at 0.7) 1.43x: not tried.
+  // 128x192's 704 tiles (5 waves and a third) are 1.18x.
   EXPECT_EQ(hopper_choices(1, 4096, 4096, 4096),
             (std::multiset<std::string>{"128x256/1", "128x256/1", "256x128/1", "128x128/1", "128x256/1c2", "128x256/1c2"}));
 }
@@ -76,37 +82,69 @@ TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
 TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   // 128x4096x4096: 16 tiles of 128x256, memory-bound, where 128x64 won on the H100; 64 tiles
   // of 64x128 fill half the SMs, so K is split 2 ways (and not 1 = half of that). Every
-  // tiling, 64x64 included.
+  // tiling without clusters (10, 64x64 and 128x192 included), three more with K split to fill
+  // the SMs, and three with the two 64-row tiles of a column in a cluster.
   const auto small = hopper_choices(1, 128, 4096, 4096);
-  EXPECT_EQ(small.size(), 10u);
+  EXPECT_EQ(small.size(), 17u) << ::testing::PrintToString(small);
+  EXPECT_EQ(std::count_if(small.begin(), small.end(), [](const std::string& c) { return c.ends_with("c2"); }), 3);
   EXPECT_EQ(small.count("64x128/2"), 1u);
   EXPECT_EQ(small.count("128x64/1"), 1u);
   EXPECT_EQ(small.count("64x64/1"), 1u);
   // M = 1: 32 tiles of 64x128, split 4 ways (128 units), and 2; of the tilings, only those of
-  // 64 rows (a taller tile would compute zeros).
+  // 64 rows (a taller tile would compute zeros), whole and with K split to fill the SMs (16
+  // tiles of 64x256 8 ways, 64 of 64x64 2 ways).
   const auto gemv = hopper_choices(1, 1, 4096, 4096);
-  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2"}));
+  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2", "64x256/8", "64x64/2"}));
   // M = 64 is still one 64-row tile; M = 65 is not.
   for (const std::string& c : hopper_choices(1, 64, 4096, 4096)) EXPECT_EQ(c.rfind("64x", 0), 0u) << c;
   EXPECT_EQ(hopper_choices(1, 65, 4096, 4096).count("128x128/1"), 2u);
-  // Neither tries clusters.
-  for (const auto* choices : {&small, &gemv}) {
-    for (const std::string& c : *choices) EXPECT_EQ(c.find("c2"), std::string::npos) << c;
-  }
+  // One row of tiles has nothing to share in a cluster.
+  for (const std::string& c : gemv) EXPECT_EQ(c.find('c'), std::string::npos) << c;
   // Batched attention scores: 32 x 8 x 8 = 2048 tiles of 256, compute-bound by the model.
   EXPECT_EQ(hopper_choices(32, 2048, 2048, 128).count("64x128/1"), 0u);
+}
+
+// An operand whose strides TMA cannot take (a row of an odd length: K = 6849) is copied into
+// the workspace, rows padded to 8 elements, and the wgmma kernel maps the copy: such shapes
+// get the wgmma search, not the mma_sync kernel (0.11x cuBLAS at 65x2560x6849 on the H100).
+// The workspace is the copy's bytes, 256-byte aligned, after the partial sums (batched here:
+// with one batch the copy's size follows M, which the kernel then takes at run time, and the
+// workspace query says it); an operand with no unit stride is still refused.
+TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
+  TemplateRequest r = hopper_request(2, 65, 2560, 6849);
+  const Template* gemm = Registry::builtin().find("gemm");
+  for (const auto& c : gemm->default_choices(r)) EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
+  r.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", 1}, {"mma", "wgmma"}};
+  ASSERT_TRUE(gemm->check(r));
+  const auto k = gemm->render(r, false);
+  ASSERT_TRUE(k) << k.error().message;
+  EXPECT_NE(k->source.find("constexpr bool A_PACKED = true, B_PACKED = false;"), std::string::npos);
+  ASSERT_TRUE(k->abi.workspace_bytes);
+  EXPECT_EQ(*k->abi.workspace_bytes, (2u * 65 * 6856 * 2 + 255) / 256 * 256);  // rows of 6849 padded to 6856
+  // Split two ways: the partial sums first (65 x 2560 floats each), then the copy.
+  r.spec.params["split_k"] = 2;
+  const auto split = gemm->render(r, false);
+  ASSERT_TRUE(split);
+  EXPECT_EQ(*split->abi.workspace_bytes, (2u * 2 * 65 * 2560 * 4 + 255) / 256 * 256 + (2u * 65 * 6856 * 2 + 255) / 256 * 256);
+  // B with N odd (4097): B and C rows are odd; B is copied, C stored without TMA.
+  r.spec.inputs[1] = matrix("B", 2, 6849, 4097);
+  r.spec.output = matrix("C", 2, 65, 4097);
+  r.spec.params["split_k"] = 1;
+  const auto both = gemm->render(r, false);
+  ASSERT_TRUE(both);
+  EXPECT_NE(both->source.find("constexpr bool A_PACKED = true, B_PACKED = true;"), std::string::npos);
+  // No unit stride at all: refused, naming the operand.
+  r.spec.inputs[1].strides = {6849 * 4097 * 2, 2 * 4097, 2};
+  const auto refused = gemm->check(r);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("B cannot be loaded by TMA"), std::string::npos) << refused.error().message;
 }
 
 // The erf gelu of a tuned CUDA kernel is kf_gelu_erf (the erfc form) and its tanh gelu
 // kf_gelu_tanh; the reference rendering keeps 0.5 x (1 + erff(x / sqrt 2)) and the tanhf
 // formula, so verification compares the two.
 TEST(GemmEpilogue, CudaKernelsTakeTheFastGelusAndTheReferenceKeepsTheFormulas) {
-  TemplateRequest r;
-  r.backend = Backend::kCuda;
-  r.archs = {"sm_90a"};
-  r.spec.name = "gemm";
-  r.spec.inputs = {matrix("A", 1, 256, 128), matrix("B", 1, 128, 192)};
-  r.spec.output = matrix("C", 1, 256, 192);
+  TemplateRequest r = hopper_request(1, 256, 192, 128);
   EpilogueOp gelu;
   gelu.op = "gelu";
   r.spec.epilogue = {gelu};

@@ -8,17 +8,21 @@
 // The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
 // epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
-// the same time. With TAIL > 1 (tail_split) the tiles that fill whole waves of the resident
-// blocks are units of their own, and only the last, partial wave's tiles are cut into up to
-// TAIL parts of K (as many as the idle blocks take; counted at launch from M), whose partial
-// sums tail_reduce adds up: a ragged M or a tile count just past a wave no longer leaves most
-// SMs idle for a whole tile's time, and the full waves pay nothing for it. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
+// the same time. With STREAM_K (stream-K, Osama et al. 2023) the tiles that fill whole waves
+// of the resident blocks are units of their own, and the rest (STREAM_K 1: the last, partial
+// wave's tiles; 2: those and one full wave before them) are shared out by K slice: their
+// tiles x KTILES slices are cut into one contiguous range per resident block, so every SM
+// gets the same work whatever the tile count (a ragged M, a wave just past the SMs). A range
+// crosses tiles; each piece of it that is not a whole tile leaves float partial sums in a
+// workspace slot (a block's first and last piece: two slots a block), which sk_reduce adds up
+// for the tiles cut that way, applying the epilogue. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
 // columns at a time, from which the TMA unit writes them to C (where C's layout allows).
 //
-// With CLUSTER = 2 the blocks run in pairs (a thread-block cluster) on the two tiles of a
-// column that share B: each block loads its own A and half of B, and multicasts that half to
-// both, so L2 sends each B slice once per pair. A stage is then refilled only when the
-// consumers of both blocks have released it (the empty barriers count both blocks' arrivals).
+// With CLUSTER > 1 (2 to 4) the blocks run as a thread-block cluster on CLUSTER consecutive
+// tiles of a column, which share B: each block loads its own A and 1 / CLUSTER of B, and
+// multicasts that share to all, so L2 sends each B slice once per cluster (a ragged M of three
+// 128-row tiles reads B once, not three times). A stage is then refilled only when the
+// consumers of every block have released it (the empty barriers count all blocks' arrivals).
 //
 // Rendered by gemm_cuda.cpp after the prelude, <cuda.h>, <type_traits>, the problem's
 // constants, T, TC, kf_epilogue and the mma_sync kernel (mma_sync.cuh, section `kernel`),
@@ -50,7 +54,7 @@ using TC = half;
 #define $stages$ 4
 #define $consumers$ 2
 #define $split_k$ 2
-#define $tail_split$ 1
+#define $stream_k$ 0
 #define $cluster_m$ 2
 #define $a_kmajor$ true
 #define $b_kmajor$ false
@@ -66,6 +70,12 @@ using TC = half;
 #define $b_batch$ 1
 #define $b_outer_stride$ 256
 #define $b_batch_stride$ 65536
+#define $a_packed$ false
+#define $b_packed$ false
+#define $a_src_outer_stride$ 0
+#define $a_src_batch_stride$ 0
+#define $b_src_outer_stride$ 0
+#define $b_src_batch_stride$ 0
 // The signature KernelSignature writes, for tensors A, B and C.
 #define $DECL$ PT_EXPORT int KERNEL_NAME(const half* in_ptr0, const half* in_ptr1, half* out_ptr0, \
     int64_t M, int64_t N, int64_t K, int64_t batch, size_t* workspace_size, uint8_t* workspace, cudaStream_t stream)
@@ -77,11 +87,11 @@ using TC = half;
 
 namespace wg {
 constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
-constexpr int TAIL = $tail_split$;  // > 1: the last wave's tiles are cut into up to TAIL parts of K
-// Workspace slots of tail parts (one BM x BN float tile each): the parts of a tail never
-// outnumber the resident blocks, and no GPU has more than this many SMs.
-constexpr int64_t TAIL_SLOTS = 160;
-static_assert(TAIL <= 1 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m 1");
+constexpr int STREAM_K = $stream_k$;  // 0: every tile whole; 1: the last partial wave shared out by K slice; 2: and one full wave
+// Stream-K's workspace slots (one BM x BN float tile each): two a resident block, and no GPU
+// has more SMs than this.
+constexpr int64_t MAX_SMS = 160;
+static_assert(STREAM_K == 0 || (SPLIT_K == 1 && CLUSTER == 1), "stream_k takes split_k 1 and cluster_m 1");
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
@@ -93,37 +103,43 @@ constexpr int64_t GROUP_M = 8;
 // What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
 // CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
 // is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
-// With TAIL > 1: units [0, dp) are whole tiles; the rest are the tail's tiles, `parts` units
-// each of `kps` K slices (parts = 1: no tail split, every unit a tile).
+// With STREAM_K: units [0, dp) are whole tiles, units [dp, dp + workers) a block's range each
+// of the sk_iters K slices of tiles dp .. dp + sk_tiles - 1 (none: dp = units).
 struct Rows {
-  int64_t M, groups_m, units, dp, parts, kps;
+  int64_t M, groups_m, units, dp, sk_tiles, sk_iters, workers;
 };
 // `resident`: the blocks (clusters) that run at once.
 __host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident) {
   const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
-  Rows r{M, groups_m, groups_m * TILES_N * kBatch * SPLITS, 0, 1, KTILES};
-  r.dp = r.units;
-  if constexpr (TAIL > 1) {
-    const int64_t tiles = r.units, full = tiles / resident * resident, tail = tiles - full;
-    int64_t parts = tail > 0 ? resident / tail : 1;
-    if (parts > TAIL) parts = TAIL;
-    if (tail > 0 && parts > TAIL_SLOTS / tail) parts = TAIL_SLOTS / tail;
-    if (parts > KTILES) parts = KTILES;
-    if (parts > 1) {
-      r.kps = (KTILES + parts - 1) / parts;
-      r.parts = (KTILES + r.kps - 1) / r.kps;  // no part without K slices
-    }
-    if (r.parts > 1) {
-      r.dp = full;
-      r.units = full + tail * r.parts;
+  const int64_t tiles = groups_m * TILES_N * kBatch * SPLITS;
+  Rows r{M, groups_m, tiles, tiles, 0, 0, 0};
+  if constexpr (STREAM_K > 0) {
+    const int64_t full = tiles / resident * resident, tail = tiles - full;
+    if (tail > 0) {
+      r.sk_tiles = tail + (STREAM_K == 2 && full > 0 ? resident : 0);
+      r.dp = tiles - r.sk_tiles;  // a multiple of resident: every block runs as many whole tiles
+      r.sk_iters = r.sk_tiles * KTILES;
+      r.workers = r.sk_iters < resident ? r.sk_iters : resident;
+      r.units = r.dp + r.workers;
     }
   }
   return r;
 }
-// split-K's partial sums: SPLITS float slices of [batch][M][N]; the tail's: a tile per slot.
-size_t workspace_bytes(int64_t M) {
-  if constexpr (TAIL > 1) return size_t(TAIL_SLOTS) * BM * BN * 4;
+// An operand whose own strides or offset TMA cannot take is copied into the workspace first
+// (gemm_cuda.cpp's TmaOperand::packed), rows padded to 8 elements; the maps read the copy.
+constexpr bool A_PACKED = $a_packed$, B_PACKED = $b_packed$;
+constexpr size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+// split-K's partial sums: SPLITS float slices of [batch][M][N]; stream-K's: a tile per slot.
+size_t partial_bytes(int64_t M) {
+  if constexpr (STREAM_K > 0) return size_t(2 * MAX_SMS) * BM * BN * 4;
   return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0;
+}
+size_t packed_a_bytes(int64_t M) { return A_PACKED ? align256(size_t($a_batch$) * size_t($a_batch_stride$) * 2) : 0; }
+size_t packed_b_bytes() { return B_PACKED ? align256(size_t($b_batch$) * size_t($b_batch_stride$) * 2) : 0; }
+// The workspace: the partial sums, then the packed copies of A and B, each 256-byte aligned.
+size_t workspace_bytes(int64_t M) {
+  if constexpr (!A_PACKED && !B_PACKED) return partial_bytes(M);
+  return align256(partial_bytes(M)) + packed_a_bytes(M) + packed_b_bytes();
 }
 // Two outputs of a row at once where they are adjacent and the pair stays 2-element aligned
 // (the base pointer is checked at run time).
@@ -260,23 +276,44 @@ __device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
   return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
 }
 
-// A unit of work: its tile, and its part of the tile's K range, slices [k0, k1) of split
-// `split`; `slot` >= 0: a tail part, whose partial sums go to workspace slot `slot`.
+// A piece of work: of unit `unit`, its tile, and its part of the tile's K range, slices [k0,
+// k1) of split `split`; `slot` >= 0: a stream-K piece that is not the whole tile, whose
+// partial sums go to workspace slot `slot`; `next`, `end`: the block's stream-K range goes on
+// at slice `next` up to `end` (of the sk_iters).
 struct Work {
-  int64_t tile;
+  int64_t unit, tile;
   int split, k0, k1;
-  int64_t slot;
+  int64_t slot, next, end;
 };
-__device__ __forceinline__ Work work_of(int64_t unit, const Rows& rows) {
-  if constexpr (TAIL > 1) {
-    if (unit < rows.dp) return {unit, 0, 0, KTILES, -1};
-    const int64_t v = unit - rows.dp, t = v / rows.parts;
-    const int split = int(v % rows.parts), k0 = int(split * rows.kps), k1 = int(k0 + rows.kps < KTILES ? k0 + rows.kps : KTILES);
-    return {rows.dp + t, split, k0, k1, t};
+// Stream-K: the block that runs slice i of the shared tiles (ranges [w sk_iters / workers,
+// (w + 1) sk_iters / workers)), and where its range starts.
+__host__ __device__ __forceinline__ int64_t sk_worker(int64_t i, const Rows& r) { return ((i + 1) * r.workers - 1) / r.sk_iters; }
+__host__ __device__ __forceinline__ int64_t sk_start(int64_t w, const Rows& r) { return w * r.sk_iters / r.workers; }
+// The slot of worker w's piece in shared tile t: 2w for the piece its range starts in, 2w + 1
+// for the last (the ones between are whole tiles).
+__host__ __device__ __forceinline__ int64_t sk_slot(int64_t w, int64_t t, const Rows& r) { return sk_start(w, r) >= t * KTILES ? 2 * w : 2 * w + 1; }
+// The piece of stream-K unit `unit` that starts at shared slice i.
+__device__ __forceinline__ Work sk_piece(int64_t unit, int64_t i, const Rows& r) {
+  const int64_t w = unit - r.dp, end = sk_start(w + 1, r), t = i / KTILES;
+  const int k0 = int(i % KTILES), k1 = int(end - i < KTILES - k0 ? k0 + (end - i) : KTILES);
+  const bool whole = k0 == 0 && k1 == KTILES;
+  return {unit, r.dp + t, 0, k0, k1, whole ? -1 : sk_slot(w, t, r), i + (k1 - k0), end};
+}
+// The first piece of a unit (`unit` past the last: a piece whose unit says so).
+__device__ __forceinline__ Work first_work(int64_t unit, const Rows& r) {
+  if (unit >= r.units) return {unit, 0, 0, 0, 0, -1, 0, 0};
+  if constexpr (STREAM_K > 0) {
+    if (unit >= r.dp) return sk_piece(unit, sk_start(unit - r.dp, r), r);
+    return {unit, unit, 0, 0, KTILES, -1, 0, 0};
   } else {
     const int split = int(unit % SPLITS), k0 = split * KPS;
-    return {unit / SPLITS, split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES, -1};
+    return {unit, unit / SPLITS, split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES, -1, 0, 0};
   }
+}
+// The piece after w: the rest of a stream-K range, or the block's next unit.
+__device__ __forceinline__ Work next_work(const Work& w, const Rows& r, int64_t unit_step) {
+  if (STREAM_K > 0 && w.next < w.end) return sk_piece(w.unit, w.next, r);
+  return first_work(w.unit + unit_step, r);
 }
 
 // Two adjacent outputs, rounded as kf_store rounds each.
@@ -352,7 +389,7 @@ __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_
     }
 }
 
-// A tail part's partial sums, as floats, to its BM x BN slot (rows and columns of the tile).
+// A stream-K piece's partial sums, as floats, to its BM x BN slot (rows and columns of the tile).
 __device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, int row0, int lane) {
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
@@ -363,26 +400,25 @@ __device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, 
     }
 }
 
-// A tail tile's C = epilogue(the sum of its parts), four outputs a thread, every tile's
-// threads side by side (TAIL_QUADS a tile): the parts' loads are independent and issued at
-// once, so the few tail tiles are added up by the whole GPU, not one block each.
-constexpr int TAIL_QUADS = BM * BN / 4;
-__global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, slot = i / TAIL_QUADS;
-  const int q = int(i % TAIL_QUADS), r = q / (BN / 4), c = (q % (BN / 4)) * 4;
-  if (slot >= (rows.units - rows.dp) / rows.parts) return;
-  const Tile tile = tile_at(rows.dp + slot, 0, rows.groups_m);
+// A shared tile's C = epilogue(the sum of its pieces), four outputs a thread, every tile's
+// threads side by side (TILE_QUADS a tile); a tile one block ran whole was stored by it. The
+// pieces' loads are independent and issued at once, so the tiles are added up by the whole
+// GPU, not one block each.
+constexpr int TILE_QUADS = BM * BN / 4;
+__global__ void __launch_bounds__(256) sk_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, t = i / TILE_QUADS;
+  const int q = int(i % TILE_QUADS), r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+  if (t >= rows.sk_tiles) return;
+  const int64_t first = sk_worker(t * KTILES, rows), last = sk_worker((t + 1) * KTILES - 1, rows);
+  if (first == last) return;
+  const Tile tile = tile_at(rows.dp + t, 0, rows.groups_m);
   const int64_t m = tile.m0 + r, n = tile.n0 + c;
   if (m >= rows.M || n >= kN) return;
-  const float* const w = W + slot * rows.parts * BM * BN + r * BN + c;
-  float4 x[TAIL > 1 ? TAIL : 1];
-#pragma unroll
-  for (int s = 0; s < TAIL; ++s)
-    if (s < rows.parts) x[s] = *reinterpret_cast<const float4*>(w + int64_t(s) * BM * BN);
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-  for (int s = 0; s < TAIL; ++s)
-    if (s < rows.parts) v[0] += x[s].x, v[1] += x[s].y, v[2] += x[s].z, v[3] += x[s].w;
+  for (int64_t w = first; w <= last; ++w) {
+    const float4 x = *reinterpret_cast<const float4*>(W + sk_slot(w, t, rows) * BM * BN + r * BN + c);
+    v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+  }
   TC* const p = C + offC + int64_t(tile.b) * sCb + m * sCm + n * sCn;
 #pragma unroll
   for (int e = 0; e < 4; ++e)
@@ -414,8 +450,33 @@ __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W
   }
 }
 
-// Hands a stage back: to this block's producer, and with a cluster to the peer's as well (its
-// multicast also writes into this block's stage).
+// A packed operand's copy: 8 elements (16 bytes) of a row a thread, read one by one from the
+// operand's own strides (any alignment), written whole into rows of d_outer elements; the
+// padding past `inner` is zero (the maps end at `inner`, so nothing reads it).
+__global__ void __launch_bounds__(256) pack(const T* __restrict__ src, T* __restrict__ dst, int64_t inner, int64_t outer, int64_t batch,
+                                            int64_t s_outer, int64_t s_batch, int64_t d_outer, int64_t d_batch) {
+  const int64_t chunks = (inner + 7) / 8, total = batch * outer * chunks;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = i % chunks, r = i / chunks, o = r % outer, b = r / outer;
+    const T* const s = src + b * s_batch + o * s_outer + c * 8;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    T* const e = reinterpret_cast<T*>(&v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (c * 8 + j < inner) e[j] = s[j];
+    *reinterpret_cast<uint4*>(dst + b * d_batch + o * d_outer + c * 8) = v;
+  }
+}
+cudaError_t pack_into(const T* src, T* dst, int64_t inner, int64_t outer, int64_t batch, int64_t s_outer, int64_t s_batch,
+                      int64_t d_outer, int64_t d_batch, int sms, cudaStream_t stream) {
+  const int64_t threads = batch * outer * ((inner + 7) / 8);
+  const unsigned blocks = unsigned(threads / 256 + 1 < 8 * int64_t(sms) ? threads / 256 + 1 : 8 * int64_t(sms));
+  pack<<<blocks, 256, 0, stream>>>(src, dst, inner, outer, batch, s_outer, s_batch, d_outer, d_batch);
+  return cudaGetLastError();
+}
+
+// Hands a stage back: to this block's producer, and with a cluster to every peer's as well
+// (their multicasts also write into this block's stage).
 __device__ __forceinline__ void release(uint32_t bar) {
   if constexpr (CLUSTER > 1) {
 #pragma unroll
@@ -429,8 +490,7 @@ __device__ __forceinline__ void release(uint32_t bar) {
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
                                         const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
-  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
-    const Work w = work_of(unit, rows);
+  for (Work w = first_work(first_unit, rows); w.unit < rows.units; w = next_work(w, rows, unit_step)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
     for (int kt = w.k0; kt < w.k1; ++kt, ++it) {
@@ -473,8 +533,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
   const int64_t M = rows.M;
-  for (int64_t unit = first_unit; unit < rows.units; unit += unit_step) {
-    const Work w = work_of(unit, rows);
+  for (Work w = first_work(first_unit, rows); w.unit < rows.units; w = next_work(w, rows, unit_step)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
@@ -502,9 +561,9 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
     for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
 
     const int b = tile.b;
-    if constexpr (TAIL > 1) {
-      if (w.slot >= 0) {  // a tail part: its partial sums, for tail_reduce
-        float* const Wt = W + (w.slot * rows.parts + w.split) * int64_t(BM) * BN;
+    if constexpr (STREAM_K > 0) {
+      if (w.slot >= 0) {  // a stream-K piece of a tile: its partial sums, for sk_reduce
+        float* const Wt = W + w.slot * int64_t(BM) * BN;
 #pragma unroll
         for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, wg * WG_M + mi * 64 + warp * 16, lane);
         continue;
@@ -569,7 +628,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  if constexpr (CLUSTER > 1) cluster_sync();  // the peer's barriers are ready before anyone multicasts or arrives
+  if constexpr (CLUSTER > 1) cluster_sync();  // the peers' barriers are ready before anyone multicasts or arrives
   else __syncthreads();
 
   if (wg == CONSUMERS) {  // producer
@@ -579,7 +638,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     consume(&tmC, C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step/*$EPARGS$*/);
   }
-  // A block leaves only once its peer is done: until then the peer may multicast into this
+  // A block leaves only once its peers are done: until then a peer may multicast into this
   // block's shared memory or arrive on its barriers.
   if constexpr (CLUSTER > 1) cluster_sync();
 }
@@ -617,10 +676,26 @@ cudaError_t make_map(CUtensorMap* map, const E* base, uint64_t inner, uint64_t o
 }
 
 cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
-  if ((SPLITS > 1 || TAIL > 1) && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
+  if (workspace_bytes(M) > 0 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
+  int device = 0, sms = 0;
+  cudaError_t e;
+  if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
+  const T* a = A + offA;
+  const T* b = B + offB;
+  unsigned char* const packs = reinterpret_cast<unsigned char*>(W) + align256(partial_bytes(M));
+  if constexpr (A_PACKED) {
+    T* const copy = reinterpret_cast<T*>(packs);
+    if ((e = pack_into(a, copy, $a_inner$, $a_outer$, $a_batch$, $a_src_outer_stride$, $a_src_batch_stride$, $a_outer_stride$, $a_batch_stride$, sms, stream)) != cudaSuccess) return e;
+    a = copy;
+  }
+  if constexpr (B_PACKED) {
+    T* const copy = reinterpret_cast<T*>(packs + packed_a_bytes(M));
+    if ((e = pack_into(b, copy, $b_inner$, $b_outer$, $b_batch$, $b_src_outer_stride$, $b_src_batch_stride$, $b_outer_stride$, $b_batch_stride$, sms, stream)) != cudaSuccess) return e;
+    b = copy;
+  }
   CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
-  cudaError_t e = make_map(&ma, A + offA, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
-  if (e == cudaSuccess) e = make_map(&mb, B + offB, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
+  e = make_map(&ma, a, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
+  if (e == cudaSuccess) e = make_map(&mb, b, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
   // A one-row C has no row stride (sCm is 0 there); the map takes a row's length instead.
   constexpr uint64_t C_ROW = sCm != 0 ? uint64_t(sCm) : (uint64_t(kN) + 7) / 8 * 8;
   if (e == cudaSuccess && STAGED && SPLITS == 1)
@@ -633,8 +708,6 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  int device = 0, sms = 0;
-  if ((e = cudaGetDevice(&device)) != cudaSuccess || (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return e;
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute cluster = {};
   config.blockDim = dim3(THREADS);
@@ -656,9 +729,8 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
   config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
   if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows/*$EPARGS$*/)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  if constexpr (TAIL > 1) {
-    if (rows.parts > 1)
-      tail_reduce<<<unsigned((rows.units - rows.dp) / rows.parts * TAIL_QUADS / 256), 256, 0, stream>>>(W, C, rows/*$EPARGS$*/);
+  if constexpr (STREAM_K > 0) {
+    if (rows.sk_tiles > 0) sk_reduce<<<unsigned(rows.sk_tiles * TILE_QUADS / 256), 256, 0, stream>>>(W, C, rows/*$EPARGS$*/);
     return cudaGetLastError();
   }
   if (SPLITS == 1) return e;
@@ -672,10 +744,12 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
 }  // namespace
 
 extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // split-K's partial sums
+  if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // partial sums, packed copies
 /*$SHAPE_CHECK$*//*$NULLCHECKS$*/  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time), and
-  // so does the staged store; a view that starts mid-vector runs on the mma_sync kernel instead.
-  const bool aligned = reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0 && reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0 &&
+  // so does the staged store; a view that starts mid-vector runs on the mma_sync kernel instead
+  // (a packed operand's copy is aligned whatever the view).
+  const bool aligned = (wg::A_PACKED || reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0) &&
+                       (wg::B_PACKED || reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0) &&
                        (!wg::STAGED || wg::SPLITS > 1 || reinterpret_cast<uintptr_t>($C$ + offC) % 16 == 0);
   const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M/*$EPARGS$*/, stream)
                                 : tc::run($A$, $B$, $C$, M/*$EPARGS$*/, stream);
