@@ -169,26 +169,17 @@ constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and s
 // Output tiles of bm x bn over the batch.
 int64_t tile_count(const GemmProblem& g, int bm, int bn) { return g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn); }
 
-// How many ways to split K for bm x bn tiles on an H100's 132 SMs: none while the tiles fill
-// half of them; else as many as bring the units of work up to the SMs (at most 8), keeping
-// at least 4 K slices in each.
-int small_problem_split_k(const GemmProblem& g, int bm, int bn) {
-  const int64_t tiles = tile_count(g, bm, bn), slices = (g.K + 63) / 64;
-  if (tiles * 2 >= kSms) return 1;
-  int64_t split = std::min<int64_t>(8, kSms / tiles);
-  while (split > 1 && slices / split < 4) --split;
+// How many ways to split K so that `units` blocks of work fill an H100's 132 SMs once: none
+// where they already number `enough`; else as many as fit (at most 8), keeping at least 4 K
+// slices in each.
+int split_to_fill(const GemmProblem& g, int64_t units, int64_t enough) {
+  if (units >= enough) return 1;
+  int64_t split = std::min<int64_t>(8, kSms / units);
+  while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
   return int(split);
 }
-
-// The parts to split K into so that bm x bn tiles fill an H100's 132 SMs once: as many as
-// fit (at most 8), at least 4 K slices each; 1 where the tiles fill two thirds of the SMs.
-int fill_split_k(const GemmProblem& g, int bm, int bn) {
-  const int64_t tiles = tile_count(g, bm, bn), slices = (g.K + 63) / 64;
-  if (tiles * 3 > kSms * 2) return 1;
-  int64_t split = std::min<int64_t>(8, kSms / tiles);
-  while (split > 1 && slices / split < 4) --split;
-  return int(split);
-}
+// The default's split for bm x bn tiles: none once they fill half of the SMs.
+int small_problem_split_k(const GemmProblem& g, int bm, int bn) { return split_to_fill(g, tile_count(g, bm, bn), kSms / 2); }
 
 // Whether the Hopper kernel can run this request (its defaults and choices). The catalog
 // asks with no tensors at all.
@@ -335,7 +326,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     std::vector<std::pair<double, json>> splits;
     std::set<std::pair<int, int>> split_tiles = {{64, 128}};  // 64x128 below, as the default splits it
     for (const Tiling& t : kTilings) {
-      const int split = fill_split_k(g, t.bm, t.bn);
+      const int split = split_to_fill(g, tile_count(g, t.bm, t.bn), kSms * 2 / 3);
       if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64) || !split_tiles.insert({t.bm, t.bn}).second) continue;
       const double e = estimate_split(t, split);
       if (e < 0.97 * estimate(t) && e <= 1.15 * best) {
@@ -362,9 +353,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         const int c = int(rows);
         if (tb && tb->kmajor && (t.bn % c != 0 || t.bn / c % 8 != 0)) continue;  // a block's share of a K-major B: whole 8-row atoms
         const int64_t blocks = rows * cols;
-        int split = 1;
-        if (blocks * 3 <= kSms * 2) split = int(std::min<int64_t>(8, kSms / blocks));
-        while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
+        const int split = split_to_fill(g, blocks, kSms * 2 / 3);
         const double bytes = double(cols) * double(g.M) * double(g.K) + double(g.K) * double(g.N);
         const double busy = std::min(1.0, double(blocks * split) / double(kSms));
         clusters.push_back({bytes / busy, {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages},
