@@ -40,6 +40,27 @@ struct TmaOperand {
 uint64_t align256(uint64_t x) { return (x + 255) / 256 * 256; }
 uint64_t packed_bytes(const TmaOperand& t) { return t.packed ? align256(uint64_t(t.batch) * uint64_t(t.batch_stride) * 2) : 0; }
 
+// With `swap_ab` the Hopper kernel computes C^T = B^T A^T: this problem, its M and N, A and B
+// (and their strides) exchanged, C read transposed. M then lies along wgmma's N, whose tiles
+// come in steps of 8 rows, not 64: a ragged or small M (258 rows: three 128-row tiles, a third
+// of them idle) is cut into tiles that fit it (two of 136).
+GemmProblem swapped_ab(const GemmProblem& p) {
+  GemmProblem w = p;
+  w.M = p.N, w.N = p.M;
+  w.sAb = p.sBb, w.sAm = p.sBn, w.sAk = p.sBk, w.offA = p.offB;
+  w.sBb = p.sAb, w.sBk = p.sAk, w.sBn = p.sAm, w.offB = p.offA;
+  w.sCm = p.sCn, w.sCn = p.sCm;
+  w.any_m = false;
+  return w;
+}
+bool swap_ab(const json& params) { return params.is_object() && params.value("swap_ab", 0) != 0; }
+// The problem the Hopper kernel runs for a request's params.
+GemmProblem wgmma_problem(const GemmProblem& g, const json& params) { return swap_ab(params) ? swapped_ab(g) : g; }
+// Whether wgmma.cuh stores C through shared memory and TMA (its STAGED), 64 columns at a time.
+bool staged_store(const GemmProblem& p) {
+  return (p.out == Dtype::kFloat16 || p.out == Dtype::kBFloat16) && p.sCn == 1 && p.sCm % 8 == 0 && p.sCb % 8 == 0 && p.offC % 8 == 0;
+}
+
 // The cuda kernel a request's params select.
 enum class CudaMma { kMmaSync, kWgmma };
 
@@ -119,15 +140,26 @@ std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size
 // The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
 // 64-deep K slices that one producer thread loads with TMA into 128-byte-swizzled shared
 // memory, `stages` deep.
-void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
+void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems& p) {
   const json& q = r.spec.params;
+  const bool swap = swap_ab(q);
+  const GemmProblem g = wgmma_problem(request, q);
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) return p.add("/params/mma", "wgmma takes float16 or bfloat16 operands; float32 runs on the SIMT kernel (mma_sync)");
   for (size_t i = 0; i < r.archs.size(); ++i) {
     if (r.archs[i] != "sm_90a") p.add(arch_field(r, i), "wgmma exists only on the arch-specific Hopper target sm_90a, not " + r.archs[i]);
   }
   if (bk != 64) p.add("/params/block_k", "the wgmma kernel loads 64-element (128-byte swizzled) K slices: block_k must be 64, not " + std::to_string(bk));
-  if (bn % 64 != 0) p.add("/params/block_n", "the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128, 192 or 256");
+  if (bn % 64 != 0) {
+    // Columns of a K-major B tile are 8-row swizzle atoms; an N-major one is cut into 64-column
+    // panels, and the staged store writes C 64 columns at a time. Only the swapped problem
+    // (C^T, stored from registers) with a K-major A (B^T's operand is A) has neither.
+    const auto tb = tma_operand(g, 1);
+    if (!swap || !tb || !tb->kmajor || staged_store(g)) {
+      p.add("/params/block_n", std::string("the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128, 192 or 256") +
+                                   (swap ? " (a multiple of 8 needs A with unit K stride: with swap_ab, block_n tiles M)" : " (a multiple of 8 with swap_ab, where it tiles M)"));
+    }
+  }
   if (warps != 8 && warps != 12) {
     p.add("/params/warps", "the wgmma kernel runs one producer and one or two consumer warpgroups: warps is 8 or 12, not " + std::to_string(warps));
   } else {
@@ -160,7 +192,8 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
     p.add("/params/stream_k", "stream_k shares out K slices itself: it takes split_k 1 and cluster_m 1");
   for (int i = 0; i < 2; ++i) {
     std::string why;
-    if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(i) + "/strides", std::string(i ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
+    const int input = swap ? 1 - i : i;  // the swapped problem's A is B^T
+    if (!tma_operand(g, i, &why)) p.add("/inputs/" + std::to_string(input) + "/strides", std::string(input ? "B" : "A") + " cannot be loaded by TMA for wgmma: " + why);
   }
 }
 
@@ -192,7 +225,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"stream_k", 0}, {"cluster_m", 1}, {"mma", "wgmma"}};
+const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"stream_k", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -242,9 +275,18 @@ class CudaGemm final : public GemmBackend {
                      bool reference, uint64_t& workspace_bytes) const override;
 };
 
+// Every multiple of 8 up to 256: mma_sync and SIMT tilings check their own; wgmma takes 64-column
+// multiples, and any of these with swap_ab (tiles of M).
+std::vector<json> block_n_values() {
+  std::vector<json> v;
+  for (int bn = 8; bn <= 256; bn += 8) v.push_back(bn);
+  return v;
+}
+
 std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
   return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
-          {"block_n", "int", ints({32, 64, 128, 192, 256}), 128, "columns of C per thread block"},
+          {"block_n", "int", block_n_values(), 128,
+           "columns of C per thread block (wgmma: 64, 128, 192 or 256; with swap_ab, rows of C: any multiple of 8 up to 256)"},
           {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
           {"warps", "int", ints({1, 2, 4, 8, 12}), 8, "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8 or 12 (one producer and one or two consumer warpgroups)"},
           {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
@@ -259,6 +301,10 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
           {"cluster_m", "int", ints({1, 2, 3, 4}), 1,
            "wgmma only: blocks per thread-block cluster, on consecutive tiles of one column that share B, each loading "
            "1 / cluster_m of B and multicasting it to all (a K-major B: block_n / cluster_m a multiple of 8)"},
+          {"swap_ab", "int", ints({0, 1}), 0,
+           "wgmma only: 1 computes C^T = B^T A^T, so that block_n tiles M in steps of 8 (a ragged or small M: 258 rows in "
+           "two tiles of 136, not three of 128); the kernel is then compiled for the request's M (none at run time), "
+           "and A needs unit K stride where block_n is not a multiple of 64"},
           {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
            "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
            "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
@@ -325,10 +371,13 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // its partial tiles' fix-up costing more than the balance gains: docs/BENCHMARKS.md.)
     std::vector<std::pair<double, json>> splits;
     std::set<std::pair<int, int>> split_tiles = {{64, 128}};  // 64x128 below, as the default splits it
+    double best_split = best;  // the best of the whole tiles and their splits (64x128's too): what swap_ab must beat
     for (const Tiling& t : kTilings) {
       const int split = split_to_fill(g, tile_count(g, t.bm, t.bn), kSms * 2 / 3);
-      if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64) || !split_tiles.insert({t.bm, t.bn}).second) continue;
+      if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64)) continue;
       const double e = estimate_split(t, split);
+      best_split = std::min(best_split, e);
+      if (!split_tiles.insert({t.bm, t.bn}).second) continue;
       if (e < 0.97 * estimate(t) && e <= 1.15 * best) {
         splits.push_back({e, {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", split},
                               {"cluster_m", 1}, {"mma", "wgmma"}}});
@@ -362,6 +411,40 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       std::stable_sort(clusters.begin(), clusters.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       if (clusters.size() > 3) clusters.resize(3);
       for (auto& [e, c] : clusters) out.push_back(std::move(c));
+    }
+    // A ragged or small M (258 rows: three 128-row tiles, the last one all but idle) runs
+    // better swapped (swap_ab: C^T = B^T A^T), where M lies along wgmma's N and is cut into
+    // tiles of any multiple of 8 rows: 258 in two of 136. For 128- and 64-row tiles of N, the
+    // tilings of M in 1 to 8 tiles, K split where they leave SMs idle, estimated by the same
+    // model (wgmma's efficiency falling with its N: 1.0 at 256 to 0.6 under 64); the three
+    // best, where they are 3 % or more ahead of the best whole or split tiles unswapped (an M
+    // of 128 gains nothing: its swapped tilings are its own, transposed). Needs A with unit K
+    // stride (it is B^T's K-major operand); 4096^3 and other M that no 8 tiles of 256 cover get none.
+    const GemmProblem w = swapped_ab(g);
+    const auto wa = tma_operand(w, 0), wb = tma_operand(w, 1);
+    if (wa && wb && wb->kmajor && !staged_store(w)) {
+      std::vector<std::pair<double, json>> swaps;
+      for (auto [bm, warps, scale] : {std::tuple{128, 12, 1.0}, std::tuple{64, 8, 0.85}}) {
+        for (int64_t t = 1, last = 0; t <= 8; ++t) {
+          const int bn = int(((g.M + t - 1) / t + 7) / 8 * 8);
+          if (bn > 256 || bn == last) continue;
+          last = bn;
+          const double efficiency = scale * (bn >= 256 ? 1.0 : bn >= 192 ? 0.95 : bn >= 128 ? 0.9 : bn >= 64 ? 0.8 : 0.6);
+          const int64_t tiles = tile_count(w, bm, bn);
+          const int split = split_to_fill(w, tiles, kSms * 2 / 3);
+          const double e = (split > 1 ? 1.1 : 1.0) * double((tiles * split + kSms - 1) / kSms) * bm * bn / efficiency / split;
+          int stages = 8;
+          while (stages > 2 && wgmma_smem_bytes(bm, bn, stages, warps / 4 - 1) > cuda_smem_limit("sm_90a")) --stages;
+          if (e < 0.97 * best_split) {
+            swaps.push_back({e, {{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", stages}, {"split_k", split},
+                                 {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}}});
+          }
+          if (bn == 8) break;
+        }
+      }
+      std::stable_sort(swaps.begin(), swaps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      if (swaps.size() > 3) swaps.resize(3);
+      for (auto& [e, c] : swaps) out.push_back(std::move(c));
     }
     // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
     const int split = small_problem_split_k(g, 64, 128);
@@ -410,6 +493,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("stream_k", 0) != 0) p.add("/params/stream_k", "stream_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (g.ab == Dtype::kFloat32) {
     const int threads = warps * 32;
@@ -451,6 +535,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
 // that are not broadcast over M), so the request's strides hold for any M. The caller's
 // tensors then have the request's strides and M rows.
 bool CudaGemm::runtime_m(const TemplateRequest& req, const GemmProblem& p) const {
+  if (swap_ab(req.spec.params)) return false;  // M is the swapped kernel's N, a compile-time constant
   if (p.ab != Dtype::kFloat16 && p.ab != Dtype::kBFloat16) return false;
   if (p.batch != 1 || p.M < 2 || p.sAk != 1 || p.sAm < p.K || p.sCn != 1 || p.sCm < p.N) return false;
   for (const auto& op : req.spec.epilogue) {
@@ -474,24 +559,37 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
   static const KernelFile& simt = kernel_file("gemm/simt.cuh");
   static const KernelFile& mma_sync = kernel_file("gemm/mma_sync.cuh");
   const auto& q = req.spec.params;
+  const bool wgmma = cuda_mma(q) == CudaMma::kWgmma;  // check() allows it for 16-bit types only
+  // With swap_ab every kernel of the source (the mma_sync fallback too) runs the swapped
+  // problem `w`: B^T as A, A^T as B, C^T as C, M taken from the constant its N is; its
+  // epilogue reads (n, m) where it is called with (m, n).
+  const bool swap = wgmma && swap_ab(q);
+  const GemmProblem w = swap ? swapped_ab(p) : p;
   Subst s;
-  set_problem(s, p);
+  set_problem(s, w);
+  if (swap) s.set("SHAPE_CHECK", "  if (M != kN || N != kM || K != kK || batch != kBatch) return 2;  // compiled for one shape, A and B exchanged\n");
   s.set("bm", q["block_m"].get<int>()).set("bn", q["block_n"].get<int>()).set("bk", q["block_k"].get<int>());
   s.set("warps", q["warps"].get<int>()).set("stages", q["stages"].get<int>());
-  s.set("A", sig.arg(0)).set("B", sig.arg(1)).set("C", sig.out_arg());
+  s.set("A", sig.arg(swap ? 1 : 0)).set("B", sig.arg(swap ? 0 : 1)).set("C", sig.out_arg()).set("run_m", swap ? "kM" : "M");
   s.set("EPARGS", ep.args).set("EPPARAMS", ep.params);
   s.set("DECL", sig.declaration()).set("NULLCHECKS", sig.null_checks("  "));
-  const Layouts l = layouts(p);
+  std::string epilogue = ep.function;
+  if (swap) {
+    const std::string mn = "int64_t b, int64_t m, int64_t n", nm = "int64_t b, int64_t n, int64_t m";
+    const size_t at = epilogue.find(mn);
+    if (at == std::string::npos) throw std::logic_error("the epilogue function has no (b, m, n) parameters to exchange");
+    epilogue.replace(at, mn.size(), nm);
+  }
+  const Layouts l = layouts(w);
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   s.set("a_mmajor", b(l.a_mmajor)).set("b_kmajor", b(l.b_kmajor)).set("a_vec", b(l.a_vec)).set("b_vec", b(l.b_vec));
-  s.set("a_kfast", b(p.sAk == 1)).set("b_kfast", b(p.sBk == 1 && p.sBn != 1));
+  s.set("a_kfast", b(w.sAk == 1)).set("b_kfast", b(w.sBk == 1 && w.sBn != 1));
   const std::string mma_type = p.ab == Dtype::kBFloat16 ? "bf16" : "f16";
   s.set("mma_type", mma_type);
-  const bool wgmma = cuda_mma(q) == CudaMma::kWgmma;  // check() allows it for 16-bit types only
   std::ostringstream src;
-  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, p)
+  src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, w)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
-      << ep.function;
+      << epilogue;
   if (p.ab == Dtype::kFloat32) {
     src << s.apply(simt.section("simt"));
   } else if (!wgmma) {
@@ -500,11 +598,11 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     // The mma_sync kernel, at a tiling valid on every sm_80+ part, serves misaligned views.
     Subst fallback = s;
     fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
-    const auto ta = tma_operand(p, 0), tb = tma_operand(p, 1);  // present: check() required both
+    const auto ta = tma_operand(w, 0), tb = tma_operand(w, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
-    const int split_k = wgmma_splits(p, q["split_k"].get<int>()), stream_k = q.value("stream_k", 0);
+    const int split_k = wgmma_splits(w, q["split_k"].get<int>()), stream_k = q.value("stream_k", 0);
     // wgmma.cuh's workspace_bytes(): the partial sums, then the packed operands' copies, at the request's M.
-    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(p.batch * p.M * p.N) * 4 : 0;
+    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(w.batch * w.M * w.N) * 4 : 0;
     if (stream_k > 0) workspace_bytes = 2 * 160ull * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;  // 2 MAX_SMS slots
     if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
     s.set("split_k", split_k).set("stream_k", stream_k).set("cluster_m", q["cluster_m"].get<int>());
@@ -516,7 +614,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
       s.set(std::string(prefix) + "packed", b(t.packed)).set(std::string(prefix) + "src_outer_stride", t.src_outer_stride);
       s.set(std::string(prefix) + "src_batch_stride", t.src_batch_stride);
     }
-    if (p.any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
+    if (w.any_m) {  // A is K-major (runtime_m() asks for it): M rows of K, one batch whose stride M makes
       s.set("a_outer", "M").set("a_batch_stride", "(uint64_t(M) * " + std::to_string(ta->outer_stride) + " + 7) / 8 * 8");
     }
     s.set("wgmma_fn", wgmma_function(q["block_n"].get<int>(), mma_type, ta->kmajor, tb->kmajor));

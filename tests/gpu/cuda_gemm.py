@@ -180,21 +180,25 @@ def run_case_misaligned(url, workdir, dtype, params):
     return run_views(url, workdir, dtype, A, B, "sm_90a", params)
 
 
-def run_case_misaligned_c(url, workdir, dtype):
+def run_case_misaligned_c(url, workdir, dtype, params=None):
     """C starts 2 bytes past a 16-byte boundary, its rows 8-element aligned: the wgmma kernel
-    stores whole 16-byte vectors, so such a C must take the mma_sync path and still be right."""
+    stores whole 16-byte vectors, so such a C must take the mma_sync path and still be right
+    (with swap_ab, C^T is stored from registers by the wgmma kernel itself)."""
     M, N, K = 136, 200, 264
     A = torch.randn(M, K, device="cuda").to(DT[dtype])
     B = torch.randn(K, N, device="cuda").to(DT[dtype])
     C = torch.empty(1 + M * N, device="cuda", dtype=DT[dtype])[1:].view(M, N)
-    return run_views(url, workdir, dtype, A, B, "sm_90a", C=C)
+    return run_views(url, workdir, dtype, A, B, "sm_90a", params, C=C)
 
 
 def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
     """A kernel built for M0 rows takes M as an argument (its ABI's M has no value): called on
     M rows for every M of Ms (tensors of the request's strides), it must agree with float64
     each time; a request for another M gets the same kernel from the cache, and the service
-    benchmarks and verifies it at that request's M."""
+    benchmarks and verifies it at that request's M (the last two of Ms, which must not be M0:
+    a request at M0 is the first one again, whose benchmark the service answers from its cache)."""
+    if M0 in Ms[-2:]:
+        raise ValueError(f"M0 = {M0} is one of the last two Ms, which must be benchmarked afresh")
     bias = torch.randn(N, device="cuda", dtype=torch.float32)
 
     def tensors(M):
@@ -568,7 +572,41 @@ def main():
             report(f"wgmma {dtype} packed default params 3905x4097x4096", run_case, url=url, workdir=work, dtype=dtype, M=3905,
                    N=4097, K=4096, ta=False, tb=False, arch="sm_90a")
         report("wgmma float16 runtime M packed A 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=pk,
-               M0=257, Ms=[1, 65, 257, 2049], N=4104, K=1001, ops=[{"op": "add", "input": 2}, {"op": "mul", "input": 3}])
+               M0=257, Ms=[1, 65, 257, 1000, 2049], N=4104, K=1001, ops=[{"op": "add", "input": 2}, {"op": "mul", "input": 3}])
+        # swap_ab: the kernel runs C^T = B^T A^T, M along wgmma's N in tiles of any multiple of
+        # 8 rows: every layout whose A has unit K stride (NN, NT; TN takes 64-row multiples),
+        # the last tile past M (258 rows in 136s, 257 in 88s), an epilogue over N (bias) and
+        # over M and N (an [M, N] input: the epilogue reads (n, m) as its (m, n)), split-K, a
+        # cluster (B^T's blocks share A^T), a batch, M = 1 (8-row tiles), a copied B^T (N odd),
+        # a misaligned A (the mma_sync kernel, on the swapped problem too) and a misaligned C
+        # (stored from registers: no TMA, no fallback needed).
+        sw = {"block_m": 128, "block_n": 136, "block_k": 64, "warps": 12, "stages": 6, "split_k": 1, "cluster_m": 1, "swap_ab": 1,
+              "mma": "wgmma"}
+        chain_sw = [{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}, {"op": "mul", "input": 3}]
+        for dtype in ("float16", "bfloat16"):
+            for tb in (False, True):
+                report(f"wgmma {dtype} N{'NT'[tb]} swap_ab 128x136 258x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=258,
+                       N=1000, K=520, ta=False, tb=tb, arch="sm_90a", params=sw)
+            report(f"wgmma {dtype} TN swap_ab 128x64 264x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=264, N=1000, K=520,
+                   ta=True, tb=False, arch="sm_90a", params=dict(sw, block_n=64))
+            report(f"wgmma {dtype} swap_ab 128x88 bias+gelu*res 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=257,
+                   N=4096, K=4096, ta=False, tb=False, ops=chain_sw, arch="sm_90a", params=dict(sw, block_n=88),
+                   extra=[("bias", torch.randn(4096, device="cuda", dtype=torch.float32)),
+                          ("res", torch.randn(257, 4096, device="cuda").to(DT[dtype]))])
+            report(f"wgmma {dtype} swap_ab 128x136 split_k 2 bias+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype,
+                   M=257, N=4096, K=4096, ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a", params=dict(sw, split_k=2),
+                   extra=[("bias", torch.randn(4096, device="cuda", dtype=torch.float32))])
+            report(f"wgmma {dtype} swap_ab 64x144 cluster_m 2 258x2000x520", run_case, url=url, workdir=work, dtype=dtype, M=258,
+                   N=2000, K=520, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=144, stages=8, cluster_m=2))
+            report(f"wgmma {dtype} swap_ab 128x40 batched 3x 40x392x520", run_case, url=url, workdir=work, dtype=dtype, M=40, N=392,
+                   K=520, ta=False, tb=True, batch=3, arch="sm_90a", params=dict(sw, block_n=40))
+            report(f"wgmma {dtype} swap_ab 128x8 split_k 4 1x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=1, N=4096,
+                   K=4096, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_n=8, split_k=4, stages=8))
+            report(f"wgmma {dtype} swap_ab 64x8 copied B^T (N odd) 2x22017x1000", run_case, url=url, workdir=work, dtype=dtype, M=2,
+                   N=22017, K=1000, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=8, stages=8))
+            report(f"wgmma {dtype} swap_ab misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype,
+                   params=dict(sw, block_n=136))
+            report(f"wgmma {dtype} swap_ab misaligned C", run_case_misaligned_c, url=url, workdir=work, dtype=dtype, params=sw)
         # Clusters of three and four on a ragged M's rows of tiles, B read once and multicast
         # to all: every layout (a K-major B's share is block_n / cluster_m rows), the last
         # cluster's tiles past M (257 rows: 128 + 128 + 1), 64-column panels fewer than the

@@ -38,7 +38,8 @@ TemplateRequest hopper_request(int64_t batch, int64_t M, int64_t N, int64_t K) {
   return r;
 }
 
-// "bm x bn / split", and "c2" for a cluster of two, for each choice, all of them wgmma.
+// "bm x bn / split", "c2" for a cluster of two and "T" for swap_ab (C^T = B^T A^T: bn tiles M), for
+// each choice, all of them wgmma.
 std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
   const TemplateRequest r = hopper_request(batch, M, N, K);
   std::multiset<std::string> out;
@@ -46,7 +47,7 @@ std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, i
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
                std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) > 1 ? "c" + std::to_string(c["cluster_m"].get<int>()) : "") +
-               (c.value("stream_k", 0) > 0 ? "s" + std::to_string(c["stream_k"].get<int>()) : ""));
+               (c.value("stream_k", 0) > 0 ? "s" + std::to_string(c["stream_k"].get<int>()) : "") + (c.value("swap_ab", 0) ? "T" : ""));
   }
   return out;
 }
@@ -92,11 +93,12 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   EXPECT_EQ(small.count("64x64/1"), 1u);
   // M = 1: 32 tiles of 64x128, split 4 ways (128 units), and 2; of the tilings, only those of
   // 64 rows (a taller tile would compute zeros), whole and with K split to fill the SMs (16
-  // tiles of 64x256 8 ways, 64 of 64x64 2 ways).
+  // tiles of 64x256 8 ways, 64 of 64x64 2 ways); and swapped, M in one 8-row tile of 128 or
+  // 64 rows of N (32 tiles split 4 ways, 64 split 2 ways).
   const auto gemv = hopper_choices(1, 1, 4096, 4096);
-  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2", "64x256/8", "64x64/2"}));
+  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2", "64x256/8", "64x64/2", "128x8/4T", "64x8/2T"}));
   // M = 64 is still one 64-row tile; M = 65 is not.
-  for (const std::string& c : hopper_choices(1, 64, 4096, 4096)) EXPECT_EQ(c.rfind("64x", 0), 0u) << c;
+  for (const std::string& c : hopper_choices(1, 64, 4096, 4096)) EXPECT_TRUE(c.rfind("64x", 0) == 0 || c.ends_with("T")) << c;
   EXPECT_EQ(hopper_choices(1, 65, 4096, 4096).count("128x128/1"), 2u);
   // One row of tiles has nothing to share in a cluster.
   for (const std::string& c : gemv) EXPECT_EQ(c.find('c'), std::string::npos) << c;
@@ -138,6 +140,60 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
   const auto refused = gemm->check(r);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("B cannot be loaded by TMA"), std::string::npos) << refused.error().message;
+}
+
+// swap_ab (C^T = B^T A^T) tiles M along wgmma's N in steps of 8: 258 rows in two tiles of 136,
+// not three of 128 (the last one all but idle: 0.67x cuBLAS at 258x28672x7200 on the H100).
+// The search adds it where the model puts it ahead of every unswapped tiling (a ragged M, a
+// decode M) and nowhere M already fits its tiles.
+TEST(GemmChoices, ARaggedOrSmallMTriesTheSwappedProblem) {
+  const auto ragged = hopper_choices(1, 258, 28672, 7200);
+  EXPECT_EQ(ragged.count("128x136/1T"), 1u) << ::testing::PrintToString(ragged);
+  EXPECT_EQ(hopper_choices(1, 514, 24576, 8224).count("128x176/1T"), 1u);  // 514 rows in three tiles of 176
+  for (const auto& [m, n, k] : {std::tuple{128, 4096, 4096}, std::tuple{4096, 4096, 4096}, std::tuple{2048, 6144, 4096}}) {
+    for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_FALSE(c.ends_with("T")) << m << "x" << n << "x" << k << ": " << c;
+  }
+  // The rendering runs the swapped problem (M and N, A and B exchanged, C's strides too) for
+  // the request's M alone; its epilogue takes (n, m) where the kernel passes its own (m, n).
+  TemplateRequest r = hopper_request(1, 258, 1000, 520);
+  TensorMeta bias;
+  bias.name = "bias", bias.dtype = Dtype::kFloat16, bias.sizes = {1000}, bias.strides = {1};
+  r.spec.inputs.push_back(bias);
+  EpilogueOp add;
+  add.op = "add", add.input = 2;
+  r.spec.epilogue = {add};
+  r.spec.params = {{"block_m", 128}, {"block_n", 136}, {"block_k", 64}, {"warps", 12}, {"stages", 6}, {"split_k", 1}, {"swap_ab", 1}, {"mma", "wgmma"}};
+  const Template* gemm = Registry::builtin().find("gemm");
+  ASSERT_TRUE(gemm->check(r));
+  const auto k = gemm->render(r, false);
+  ASSERT_TRUE(k) << k.error().message;
+  const std::string& src = k->source;
+  EXPECT_NE(src.find("constexpr int64_t kM = 1000, kN = 258, kK = 520"), std::string::npos);
+  EXPECT_NE(src.find("sCm = 1, sCn = 1000, offC = 0;"), std::string::npos);
+  EXPECT_NE(src.find("float kf_epilogue(float v, int64_t b, int64_t n, int64_t m"), std::string::npos);
+  EXPECT_NE(src.find("wgmma.mma_async.sync.aligned.m64n136k16"), std::string::npos);
+  EXPECT_NE(src.find("if (M != kN || N != kM"), std::string::npos);
+  EXPECT_NE(src.find("constexpr bool A_KMAJOR = false, B_KMAJOR = true;"), std::string::npos);
+  const nlohmann::json abi = k->abi.to_json();
+  EXPECT_NE(abi.dump().find("\"M\""), std::string::npos);
+  EXPECT_EQ(abi.dump().find("\"size_args\":[\"M\""), std::string::npos) << abi.dump();  // M is fixed: no tensor takes its rows from it
+  // Refused: 136 columns unswapped; swapped with A M-major (B^T's K-major operand is A); and
+  // swap_ab on the mma_sync kernel.
+  auto refusal = [&](TemplateRequest q) {
+    const auto c = gemm->check(q);
+    return c ? std::string() : c.error().fields.at(0).field + ": " + c.error().message;
+  };
+  TemplateRequest plain = r;
+  plain.spec.params["swap_ab"] = 0;
+  EXPECT_NE(refusal(plain).find("/params/block_n"), std::string::npos) << refusal(plain);
+  TemplateRequest mmajor = r;
+  mmajor.spec.inputs[0].strides = {1, 258};
+  EXPECT_NE(refusal(mmajor).find("needs A with unit K stride"), std::string::npos) << refusal(mmajor);
+  mmajor.spec.params["block_n"] = 128;
+  EXPECT_EQ(refusal(mmajor), "");
+  TemplateRequest sync = r;
+  sync.spec.params = {{"mma", "mma_sync"}, {"swap_ab", 1}};
+  EXPECT_NE(refusal(sync).find("/params/swap_ab"), std::string::npos) << refusal(sync);
 }
 
 // The erf gelu of a tuned CUDA kernel is kf_gelu_erf (the erfc form) and its tanh gelu

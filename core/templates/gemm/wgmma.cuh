@@ -24,6 +24,10 @@
 // 128-row tiles reads B once, not three times). A stage is then refilled only when the
 // consumers of every block have released it (the empty barriers count all blocks' arrivals).
 //
+// With swap_ab the renderer gives this kernel the problem C^T = B^T A^T (gemm_cuda.cpp's
+// swapped_ab): M along wgmma's N in 8-row steps, C^T stored from registers, the epilogue
+// called with (n, m) as its (m, n).
+//
 // Rendered by gemm_cuda.cpp after the prelude, <cuda.h>, <type_traits>, the problem's
 // constants, T, TC, kf_epilogue and the mma_sync kernel (mma_sync.cuh, section `kernel`),
 // which runs views whose base pointers TMA cannot take.
@@ -82,6 +86,7 @@ using TC = half;
 #define $A$ in_ptr0
 #define $B$ in_ptr1
 #define $C$ out_ptr0
+#define $run_m$ M
 
 // @section wgmma
 
@@ -744,15 +749,16 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
 }  // namespace
 
 extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = wg::workspace_bytes(M); return 0; }  // partial sums, packed copies
+  if (workspace_size) { *workspace_size = wg::workspace_bytes($run_m$); return 0; }  // partial sums, packed copies
 /*$SHAPE_CHECK$*//*$NULLCHECKS$*/  // TMA needs 16-byte aligned bases (strides and offsets were checked at render time), and
   // so does the staged store; a view that starts mid-vector runs on the mma_sync kernel instead
   // (a packed operand's copy is aligned whatever the view).
   const bool aligned = (wg::A_PACKED || reinterpret_cast<uintptr_t>($A$ + offA) % 16 == 0) &&
                        (wg::B_PACKED || reinterpret_cast<uintptr_t>($B$ + offB) % 16 == 0) &&
                        (!wg::STAGED || wg::SPLITS > 1 || reinterpret_cast<uintptr_t>($C$ + offC) % 16 == 0);
-  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M/*$EPARGS$*/, stream)
-                                : tc::run($A$, $B$, $C$, M/*$EPARGS$*/, stream);
+  // The M the kernels run: M, or with swap_ab (A and B exchanged, C transposed) the constant N is.
+  const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), $run_m$/*$EPARGS$*/, stream)
+                                : tc::run($A$, $B$, $C$, $run_m$/*$EPARGS$*/, stream);
   return e == cudaSuccess ? 0 : 3;
 }
 // @end wgmma
