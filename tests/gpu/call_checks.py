@@ -30,9 +30,16 @@ def main() -> int:
     ap.add_argument("--kforge", required=True)
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="kforge-call-checks-")
+    os.chmod(root, 0o755)  # mkdtemp makes it 0700; as root, kforge compiles as the sandbox uid, which must reach the cache
+    log = os.path.join(root, "server.log")
     proc = subprocess.Popen([args.kforge, "serve", "--port", "0", "--cache-dir", os.path.join(root, "cache")],
-                            stdout=subprocess.PIPE, stderr=open(os.path.join(root, "server.log"), "w"), text=True)
-    url = proc.stdout.readline().split()[-1]
+                            stdout=subprocess.PIPE, stderr=open(log, "w"), text=True)
+    line = proc.stdout.readline().split()
+    if not line:  # it exited before saying where it listens
+        proc.wait()
+        print(f"{args.kforge} serve exited with {proc.returncode} before listening:\n{open(log).read()[-3000:]}")
+        return 1
+    url = line[-1]
     failures = []
     try:
         client = kforge.Client(url, cache_dir=os.path.join(root, "client"))
