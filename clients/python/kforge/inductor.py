@@ -940,7 +940,7 @@ def _match_fused(node: Any) -> Optional[Tuple[str, Any, Any, Any, List[Any]]]:
     aten = torch.ops.aten
 
     def call(n: Any, target: Any) -> bool:
-        return isinstance(n, Node) and n.op == "call_function" and n.target is target
+        return isinstance(n, Node) and n.op == "call_function" and _same_op(n.target, target)
 
     def arg(n: Any, i: int, name: str, default: Any) -> Any:
         return n.args[i] if len(n.args) > i else n.kwargs.get(name, default)
@@ -979,6 +979,14 @@ def _match_fused(node: Any) -> Optional[Tuple[str, Any, Any, Any, List[Any]]]:
     return None
 
 
+def _same_op(a: Any, b: Any) -> bool:
+    """Whether two aten ops are the same, by name: an OpOverload compares by identity, and the
+    graph the post-grad passes get holds copies of them (every node's ``meta["original_aten"]``
+    its own: on the H100 with torch 2.11 none was ``torch.ops.aten.gelu.default``, so no
+    decomposed gelu was ever found, and no epilogue fused)."""
+    return a is b or (a is not None and b is not None and str(a) == str(b))
+
+
 def _decomposed_activation(node: Any) -> Optional[Tuple[str, Any, List[Any]]]:
     """(activation, its input, the other nodes it is made of) where ``node`` is the last node of
     a gelu, relu or silu that Inductor decomposed before the post-grad passes (mul, add, tanh or
@@ -989,8 +997,8 @@ def _decomposed_activation(node: Any) -> Optional[Tuple[str, Any, List[Any]]]:
     aten = torch.ops.aten
     meta = getattr(node, "meta", None)
     origin = meta.get("original_aten") if isinstance(meta, dict) else None
-    names = {aten.gelu.default: "gelu", aten.relu.default: "relu", aten.silu.default: "silu"}
-    if origin not in names or any(getattr(u, "meta", {}).get("original_aten") is origin for u in node.users):
+    names = {str(aten.gelu.default): "gelu", str(aten.relu.default): "relu", str(aten.silu.default): "silu"}
+    if origin is None or str(origin) not in names or any(_same_op(getattr(u, "meta", {}).get("original_aten"), origin) for u in node.users):
         return None
     group, inputs, todo = set(), set(), [node]
     while todo:
@@ -999,7 +1007,7 @@ def _decomposed_activation(node: Any) -> Optional[Tuple[str, Any, List[Any]]]:
             continue
         group.add(n)
         for a in n.all_input_nodes:
-            if a.meta.get("original_aten") is origin:
+            if _same_op(a.meta.get("original_aten"), origin):
                 todo.append(a)
             else:
                 inputs.add(a)
@@ -1008,8 +1016,8 @@ def _decomposed_activation(node: Any) -> Optional[Tuple[str, Any, List[Any]]]:
     for n in group - {node}:
         if not set(n.users) <= group:
             return None
-    act = names[origin]
-    if act == "gelu" and any(getattr(n, "target", None) in (aten.tanh.default,) for n in group):
+    act = names[str(origin)]
+    if act == "gelu" and any(_same_op(getattr(n, "target", None), aten.tanh.default) for n in group):
         act = "gelu_tanh"
     return act, next(iter(inputs)), sorted(group - {node}, key=lambda n: n.name)
 

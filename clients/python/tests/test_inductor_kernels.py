@@ -143,6 +143,26 @@ def test_fused_kernel_replaces_the_pattern_only_where_it_is_fastest():
     assert not gemm.fused_wins(float("nan"), {"aten": 1.0})
 
 
+def test_aten_ops_are_matched_by_name_not_by_identity():
+    """The graph Inductor's post-grad passes get holds copies of aten ops (every node's
+    ``meta["original_aten"]`` its own object, and an OpOverload compares by identity: torch
+    2.11 on the H100), so the epilogue pass compares ops by name; by identity it found no
+    decomposed gelu and fused nothing."""
+    from kforge.inductor import _same_op
+
+    class Op:  # an OpOverload's copy: an object of its own with the same name
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __str__(self) -> str:
+            return self.name
+
+    gelu, copy = Op("aten.gelu.default"), Op("aten.gelu.default")
+    assert gelu != copy and _same_op(gelu, copy)
+    assert not _same_op(gelu, Op("aten.gelu.tanh")) and not _same_op(gelu, Op("aten.relu.default"))
+    assert not _same_op(gelu, None) and not _same_op(None, gelu) and _same_op(None, None)
+
+
 def test_the_check_against_aten_allows_the_dtypes_rounding_and_no_more():
     assert gemm.within_tolerance(0.0039, 2.0, F16)  # 1 ulp of 2.0 in float16 is 0.00195
     assert not gemm.within_tolerance(0.02, 2.0, F16)
