@@ -132,8 +132,12 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
     else if (op.op == "cast") body << "{ " << element_ctype(req.backend, op.dtype) << " r; kf_store(&r, v); v = kf_to_float(r); }";
     body << "  // " << op.op << "\n";
   }
-  code.function = (calls_gelu_erf ? gelu_erf : "") + (calls_gelu_tanh ? gelu_tanh : "") + "KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n" +
-                  code.params + ") {\n" + "  (void)b; (void)m; (void)n;\n" + body.str() + "  return v;\n}\n";
+  auto defined = [&](const std::string& coordinates) {  // kf_epilogue, its output coordinates in that order
+    return (calls_gelu_erf ? gelu_erf : "") + (calls_gelu_tanh ? gelu_tanh : "") + "KF_HD float kf_epilogue(float v, " + coordinates +
+           code.params + ") {\n" + "  (void)b; (void)m; (void)n;\n" + body.str() + "  return v;\n}\n";
+  };
+  code.function = defined("int64_t b, int64_t m, int64_t n");
+  code.swapped = defined("int64_t b, int64_t n, int64_t m");
   return code;
 }
 

@@ -37,9 +37,10 @@ struct Problems {
 // The epilogue as C++ (gemm_epilogue() in gemm.cpp): a function
 //   KF_HD float kf_epilogue(float v, int64_t b, int64_t m, int64_t n, <extra params>)
 // (after the gelu device functions it calls, if any) plus the parameter list and argument list
-// for the epilogue inputs.
+// for the epilogue inputs. `swapped` is the same function taking its output coordinates as
+// (b, n, m), for a kernel that runs the transposed problem C^T = B^T A^T (cuda's swap_ab).
 struct EpilogueCode {
-  std::string function;
+  std::string function, swapped;
   std::string params;  // ", const float* __restrict__ e2" ... (leading comma)
   std::string args;    // ", e2" ...
 };

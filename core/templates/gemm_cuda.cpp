@@ -573,13 +573,6 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
   s.set("A", sig.arg(swap ? 1 : 0)).set("B", sig.arg(swap ? 0 : 1)).set("C", sig.out_arg()).set("run_m", swap ? "kM" : "M");
   s.set("EPARGS", ep.args).set("EPPARAMS", ep.params);
   s.set("DECL", sig.declaration()).set("NULLCHECKS", sig.null_checks("  "));
-  std::string epilogue = ep.function;
-  if (swap) {
-    const std::string mn = "int64_t b, int64_t m, int64_t n", nm = "int64_t b, int64_t n, int64_t m";
-    const size_t at = epilogue.find(mn);
-    if (at == std::string::npos) throw std::logic_error("the epilogue function has no (b, m, n) parameters to exchange");
-    epilogue.replace(at, mn.size(), nm);
-  }
   const Layouts l = layouts(w);
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   s.set("a_mmajor", b(l.a_mmajor)).set("b_kmajor", b(l.b_kmajor)).set("a_vec", b(l.a_vec)).set("b_vec", b(l.b_vec));
@@ -589,7 +582,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
   std::ostringstream src;
   src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, w)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
-      << epilogue;
+      << (swap ? ep.swapped : ep.function);
   if (p.ab == Dtype::kFloat32) {
     src << s.apply(simt.section("simt"));
   } else if (!wgmma) {

@@ -175,8 +175,11 @@ TEST(GemmChoices, ARaggedOrSmallMTriesTheSwappedProblem) {
   EXPECT_NE(src.find("if (M != kN || N != kM"), std::string::npos);
   EXPECT_NE(src.find("constexpr bool A_KMAJOR = false, B_KMAJOR = true;"), std::string::npos);
   const nlohmann::json abi = k->abi.to_json();
-  EXPECT_NE(abi.dump().find("\"M\""), std::string::npos);
-  EXPECT_EQ(abi.dump().find("\"size_args\":[\"M\""), std::string::npos) << abi.dump();  // M is fixed: no tensor takes its rows from it
+  // M is fixed: the ABI's M has the request's value, and no tensor takes its rows from it.
+  const auto m = std::find_if(abi["args"].begin(), abi["args"].end(), [](const nlohmann::json& a) { return a.value("name", "") == "M"; });
+  ASSERT_NE(m, abi["args"].end()) << abi.dump();
+  EXPECT_EQ(m->value("value", int64_t(-1)), 258) << abi.dump();
+  EXPECT_EQ(abi.dump().find("\"size_args\":[\"M\""), std::string::npos) << abi.dump();
   // Refused: 136 columns unswapped; swapped with A M-major (B^T's K-major operand is A); and
   // swap_ab on the mma_sync kernel.
   auto refusal = [&](TemplateRequest q) {
