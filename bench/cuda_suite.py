@@ -23,7 +23,7 @@ Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--
                            [--epilogue none,bias,gelu,gelu_tanh,bias_gelu,bias_gelu_tanh]
                            [--groups square,llm,bmm | --shapes 2048x11008x1024,... | --random 64 --seed S]
                            [--budget-ms 100] [--jobs 16]
-                           [--params '{"mma": "wgmma", ...}']
+                           [--params '{"mma": "wgmma", ...}' | --autotune --choices '[{...}, ...]']
 """
 import argparse
 import concurrent.futures
@@ -200,10 +200,16 @@ def main():
                     help="the service's compile workers (default: --jobs); with --jobs 1, cases run one after the other "
                          "and each autotune still compiles its choices in parallel")
     ap.add_argument("--params", default="", help="tuning parameters (JSON) sent with every case instead of the defaults")
+    ap.add_argument("--choices", default="",
+                    help="with --autotune: this list of parameter objects (JSON) instead of the template's default choices, "
+                         "e.g. to rank variants of a tiling on the same buffers")
     ap.add_argument("--options", default="", help="compile options (JSON) sent with every case, e.g. {\"defines\": {\"X\": \"1\"}}")
     ap.add_argument("--warm", action="store_true",
                     help="after the cold pass, send every case again, one at a time, and print each warm wall time")
     args = ap.parse_args()
+    if args.choices and not args.autotune:
+        ap.error("--choices needs --autotune")
+    choices = json.loads(args.choices) if args.choices else "default"
     full, quick = ("float16,bfloat16", "nn,nt,tn,tt", "none,bias_gelu_tanh"), ("float16", "nn", "none")
     args.dtypes, args.layouts, args.epilogue = (given or default for given, default in
                                                 zip((args.dtypes, args.layouts, args.epilogue), quick if args.quick else full))
@@ -244,7 +250,7 @@ def main():
     try:
         tc = json.load(urllib.request.urlopen(url + "/toolchains"))
         print("# device:", json.dumps(tc["cuda"].get("device")), flush=True)
-        what = 'autotune (default choices)' if args.autotune else f'params {args.params}' if args.params else 'default parameters'
+        what = f'autotune ({"default" if choices == "default" else len(choices)} choices)' if args.autotune else f'params {args.params}' if args.params else 'default parameters'
         print(f"# {len(cases)} cases, {what}", flush=True)
         path = "/autotune" if args.autotune else "/kernels"
         t0 = time.monotonic()
@@ -258,7 +264,7 @@ def main():
                 if args.options:
                     body["options"] = json.loads(args.options)
                 if args.autotune:
-                    body["choices"] = "default"
+                    body["choices"] = choices
                 futs.append(pool.submit(post, url, path, body))
             for c, f in zip(cases, futs):
                 j, wall = f.result()
@@ -297,14 +303,14 @@ def main():
                       f"runner phases of each choice (ms): "
                       f"{[{k: round(v) for k, v in c.get('benchmark', {}).get('phases_ms', {}).items()} for c in j.get('choices', [])]}",
                       flush=True)
-                # The ranking: each choice's median and what sets it apart from the default tiling (/T: swap_ab,
+                # The ranking: each choice's median and what sets it apart from the default tiling (/t: tail_split; /T: swap_ab,
                 # where block_n tiles M).
                 print(f"{'':>42}ranked: " + "; ".join(
                     f"{c.get('benchmark', {}).get('median_ms', float('nan')):.4f} "
                     f"{c.get('params', {}).get('block_m')}x{c.get('params', {}).get('block_n')}"
                     f"/s{c.get('params', {}).get('stages')}/w{c.get('params', {}).get('warps')}"
                     f"/k{c.get('params', {}).get('split_k', 1)}/c{c.get('params', {}).get('cluster_m', 1)}"
-                    f"{'/sk' + str(c['params']['stream_k']) if c.get('params', {}).get('stream_k', 0) > 0 else ''}"
+                    f"{'/t' if c.get('params', {}).get('tail_split', 0) else ''}"
                     f"{'/T' if c.get('params', {}).get('swap_ab', 0) else ''}"
                     for c in j.get("choices", [])), flush=True)
             elif bench.get("phases_ms"):
@@ -314,7 +320,7 @@ def main():
             # ranking, a kernel's entry), each timed alone from the client's side.
             walls = []
             for c in cases:
-                j, wall = post(url, path, dict(request(*c, args.budget_ms), **({"choices": "default"} if args.autotune else {})))
+                j, wall = post(url, path, dict(request(*c, args.budget_ms), **({"choices": choices} if args.autotune else {})))
                 walls.append(wall)
                 print(f"warm {c[1]} {c[2].upper()} {'x'.join(map(str, c[0]))}: {wall * 1000:.1f} ms, cache {j.get('cache')}",
                       flush=True)

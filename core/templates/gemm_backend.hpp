@@ -77,6 +77,11 @@ const GemmBackend& gemm_cpu_backend();   // gemm_cpu.cpp
 const GemmBackend& gemm_cuda_backend();  // gemm_cuda.cpp
 const GemmBackend& gemm_rocm_backend();  // gemm_rocm.cpp
 
+// cuda (gemm_cuda.cpp): the parts of K that the Hopper kernel's tail_split cuts each of `tail`
+// tiles past its last full wave of `resident` blocks into, with `ktiles` 64-deep K slices (as
+// gemm/wgmma.cuh's tail_parts() counts them at launch); 1: the tiles stay whole.
+int64_t cuda_tail_parts(int64_t tail, int64_t resident, int64_t ktiles);
+
 // The reference renderings (gemm_reference.cpp): one output per loop iteration (cpu, kernel file
 // gemm/reference_cpu.inc) or per thread (gemm/reference.cuh, for cuda and rocm, whose launch
 // check `launched` is, e.g., "cudaGetLastError() == cudaSuccess").

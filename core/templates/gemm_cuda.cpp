@@ -188,8 +188,8 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
                                      std::to_string(bn) + " / " + std::to_string(c) + " is not a multiple of 8");
     }
   }
-  if (q.value("stream_k", 0) != 0 && (q["split_k"] != 1 || q["cluster_m"] != 1))
-    p.add("/params/stream_k", "stream_k shares out K slices itself: it takes split_k 1 and cluster_m 1");
+  if (q.value("tail_split", 0) != 0 && (q["split_k"] != 1 || q["cluster_m"] != 1))
+    p.add("/params/tail_split", "tail_split cuts K itself: it takes split_k 1 and cluster_m 1");
   for (int i = 0; i < 2; ++i) {
     std::string why;
     const int input = swap ? 1 - i : i;  // the swapped problem's A is B^T
@@ -211,6 +211,7 @@ int split_to_fill(const GemmProblem& g, int64_t units, int64_t enough) {
   while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
   return int(split);
 }
+constexpr int64_t kTailSlots = 320;  // wgmma.cuh's MAX_SLOTS: the tail split's workspace slots
 // The default's split for bm x bn tiles: none once they fill half of the SMs.
 int small_problem_split_k(const GemmProblem& g, int bm, int bn) { return split_to_fill(g, tile_count(g, bm, bn), kSms / 2); }
 
@@ -225,7 +226,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"stream_k", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
+const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -293,11 +294,10 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
           {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
            "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
            "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
-          {"stream_k", "int", ints({0, 1, 2}), 0,
-           "wgmma only: where the tiles leave the last wave of resident blocks partial, its tiles (1), or those and one "
-           "full wave before them (2), are shared out by K slice, the same number of slices to every block (stream-K); the "
-           "pieces that are not whole tiles leave float partial sums that a second kernel adds up (workspace_bytes: 320 "
-           "tiles of block_m x block_n x 4); 0: every tile whole"},
+          {"tail_split", "int", ints({0, 1}), 0,
+           "wgmma only: 1 cuts the tiles of a partial last wave of resident blocks into parts of K, as many as the idle SMs "
+           "take (32 tiles past two waves of 132: 4 parts each), whose float partial sums a second kernel adds up "
+           "(workspace_bytes: 320 tiles of block_m x block_n x 4); 0: every tile whole"},
           {"cluster_m", "int", ints({1, 2, 3, 4}), 1,
            "wgmma only: blocks per thread-block cluster, on consecutive tiles of one column that share B, each loading "
            "1 / cluster_m of B and multicasting it to all (a K-major B: block_n / cluster_m a multiple of 8)"},
@@ -354,21 +354,38 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       const int64_t units = tile_count(g, t.bm, t.bn) * split;
       return 1.1 * double((units + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency / split;
     };
+    // With tail_split the last, partial wave's tiles are parts of K in as many waves as
+    // tail_parts() counts, and 10 % for the partial sums and adding them up.
+    auto estimate_tail = [&](const Tiling& t) {
+      const int64_t tiles = tile_count(g, t.bm, t.bn), tail = tiles % kSms, parts = cuda_tail_parts(tail, kSms, (g.K + 63) / 64);
+      if (parts == 1) return estimate(t);
+      const double waves = double(tiles / kSms) + 1.1 * double((tail * parts + kSms - 1) / kSms) / double(parts);
+      return waves * t.bm * t.bn / t.efficiency;
+    };
     const bool compute_bound = tile_count(g, 128, 256) >= kSms;
     double best = std::numeric_limits<double>::max();
     for (const Tiling& t : kTilings) best = std::min(best, estimate(t));  // the whole tiles' best prunes them
+    std::vector<std::pair<double, json>> tails;
     for (const Tiling& t : kTilings) {
       if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
-      out.push_back({{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
-                     {"cluster_m", t.cluster_m}, {"mma", "wgmma"}});
+      json c = {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
+                {"cluster_m", t.cluster_m}, {"mma", "wgmma"}};
+      out.push_back(c);
+      // A partial last wave (4647x2048x7168 in 128x256 tiles: 2 waves and 32 tiles, 0.84x
+      // cuBLAS) whose tiles cut into parts of K the model puts 3 % or more ahead: the two best.
+      if (const double e = estimate_tail(t); compute_bound && t.cluster_m == 1 && e < 0.97 * estimate(t)) {
+        c["tail_split"] = 1;
+        tails.push_back({e, std::move(c)});
+      }
     }
+    std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (tails.size() > 2) tails.resize(2);
+    for (auto& [e, c] : tails) out.push_back(std::move(c));
     // Fewer tiles than SMs (a skinny or ragged M, a small problem): each SM then streams a
     // whole K range on its own, at the bandwidth one SM gets from L2, while the others idle
     // (257x4096x4096 in 66 tiles of 128x192: 0.78x cuBLAS). The tilings whose K split fills
     // the SMs the model puts 3 % or more ahead of their whole tiles, the three best, within
-    // the pruning margin of the best. (Stream-K, `stream_k`, shares out the K slices of a
-    // partial last wave instead; it lost to the whole tiles in every case of the issue-42 run,
-    // its partial tiles' fix-up costing more than the balance gains: docs/BENCHMARKS.md.)
+    // the pruning margin of the best.
     std::vector<std::pair<double, json>> splits;
     std::set<std::pair<int, int>> split_tiles = {{64, 128}};  // 64x128 below, as the default splits it
     double best_split = best;  // the best of the whole tiles and their splits (64x128's too): what swap_ab must beat
@@ -491,7 +508,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
   if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
-  if (q.value("stream_k", 0) != 0) p.add("/params/stream_k", "stream_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
+  if (q.value("tail_split", 0) != 0) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
@@ -593,12 +610,12 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
     const auto ta = tma_operand(w, 0), tb = tma_operand(w, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
-    const int split_k = wgmma_splits(w, q["split_k"].get<int>()), stream_k = q.value("stream_k", 0);
+    const int split_k = wgmma_splits(w, q["split_k"].get<int>()), tail_split = q.value("tail_split", 0);
     // wgmma.cuh's workspace_bytes(): the partial sums, then the packed operands' copies, at the request's M.
     workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(w.batch * w.M * w.N) * 4 : 0;
-    if (stream_k > 0) workspace_bytes = 2 * 160ull * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;  // 2 MAX_SMS slots
+    if (tail_split > 0) workspace_bytes = uint64_t(kTailSlots) * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;
     if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
-    s.set("split_k", split_k).set("stream_k", stream_k).set("cluster_m", q["cluster_m"].get<int>());
+    s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>());
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {
@@ -617,6 +634,16 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
 }
 
 }  // namespace
+
+// Of 2 to 8 parts (at most the K slices, and the kTailSlots workspace slots), the count whose
+// parts finish soonest (ceil(tail parts / resident) waves of 1 / parts of a tile), the
+// smallest of equals; 1 where none beats the whole tiles' one wave.
+int64_t cuda_tail_parts(int64_t tail, int64_t resident, int64_t ktiles) {
+  int64_t best = 1;
+  for (int64_t p = 2; p <= 8 && p <= ktiles && tail * p <= kTailSlots; ++p)
+    if ((tail * p + resident - 1) / resident * best < (tail * best + resident - 1) / resident * p) best = p;
+  return best;
+}
 
 const GemmBackend& gemm_cuda_backend() {
   static const CudaGemm backend;

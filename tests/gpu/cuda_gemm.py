@@ -479,45 +479,44 @@ def main():
                    params={"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 2, "mma": "wgmma"})
             report(f"wgmma {dtype} default 1x4096x4096 (split K)", run_case, url=url, workdir=work, dtype=dtype, M=1, N=4096, K=4096,
                    ta=False, tb=False, arch="sm_90a")
-        # Stream-K: the tiles past the last full wave (stream_k 1), or those and one full wave
-        # (2), shared out by K slice, a block's range crossing tiles: a tile count just past a
-        # wave (257 rows of 64x128 tiles: a wave of 132 and 28 more), fewer tiles than SMs (64
-        # of 64x128 at 130 rows), ragged N and K, every layout, an epilogue, a batch whose tiles
-        # spread over the blocks, bf16, 128x192 tiles, a K of one slice (fewer slices than SMs),
-        # and a kernel taking M at run time whose shared tiles change with M (none at some).
+        # The tail split: the tiles past the last full wave cut into parts of K (wgmma.cuh's
+        # tail_parts, for 132 SMs): 257 rows of 64x128 tiles (165: a wave and 33, in 4 parts),
+        # every layout, an epilogue, a batch whose tail takes two rounds of parts (200 tiles:
+        # 68 in 3 parts), parts capped by K's two slices, a K of one slice (no parts), 128x256
+        # and 128x192 tiles (28 tail tiles in 4 parts, 11 in 8), bf16, and a kernel taking M at
+        # run time whose tail changes with M (fewer tiles than SMs at M = 1: all of them cut).
         # The workspace is NaN-filled, so a slot read but not written shows.
-        sk = {"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 1, "stream_k": 1, "mma": "wgmma"}
-        sk2 = dict(sk, stream_k=2)
-        chain_sk = [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}]
+        ts = {"block_m": 64, "block_n": 128, "block_k": 64, "warps": 8, "stages": 8, "split_k": 1, "tail_split": 1, "mma": "wgmma"}
+        chain_ts = [{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}]
+        gelu_bias = [{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}]
         for dtype in ("float16", "bfloat16"):
             for layout in range(4):  # an M-major A needs M a multiple of 8 (TMA): 264 rows there
                 ta, tb = bool(layout // 2), bool(layout % 2)
                 m = 264 if ta else 257
-                for mode, params in ((1, sk), (2, sk2)):
-                    report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} stream_k {mode} {m}x4104x1000", run_case, url=url, workdir=work,
-                           dtype=dtype, M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a", params=params)
-            bias = torch.randn(4096, device="cuda", dtype=torch.float32)
-            report(f"wgmma {dtype} stream_k add+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=257, N=4096,
-                   K=4096, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
-                   extra=[("bias", bias)], arch="sm_90a", params=sk)
-            report(f"wgmma {dtype} stream_k batched 5x 130x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=130, N=1000,
-                   K=520, ta=False, tb=True, batch=5, arch="sm_90a", params=sk)
-            report(f"wgmma {dtype} stream_k 130x1000x64 (one K slice)", run_case, url=url, workdir=work, dtype=dtype, M=130, N=1000,
-                   K=64, ta=False, tb=False, arch="sm_90a", params=sk)
-            report(f"wgmma {dtype} stream_k 2 128x256 2048x11008x4096", run_case, url=url, workdir=work, dtype=dtype, M=2048, N=11008,
-                   K=4096, ta=False, tb=False, arch="sm_90a",
-                   params={**sk2, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4})
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} tail_split {m}x4104x1000", run_case, url=url, workdir=work,
+                       dtype=dtype, M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a", params=ts)
+            report(f"wgmma {dtype} tail_split add+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype, M=257, N=4096,
+                   K=4096, ta=False, tb=False, ops=gelu_bias,
+                   extra=[("bias", torch.randn(4096, device="cuda", dtype=torch.float32))], arch="sm_90a", params=ts)
+            report(f"wgmma {dtype} tail_split batched 5x 300x1000x520 (two rounds of parts)", run_case, url=url, workdir=work,
+                   dtype=dtype, M=300, N=1000, K=520, ta=False, tb=True, batch=5, arch="sm_90a", params=ts)
+            for k in (128, 64):
+                report(f"wgmma {dtype} tail_split 1100x1000x{k} ({k // 64} K slices)", run_case, url=url, workdir=work, dtype=dtype,
+                       M=1100, N=1000, K=k, ta=False, tb=False, arch="sm_90a", params=ts)
+            report(f"wgmma {dtype} tail_split 128x256 2048x11008x4096", run_case, url=url, workdir=work, dtype=dtype, M=2048, N=11008,
+                   K=4096, ta=False, tb=False, arch="sm_90a", params={**ts, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4})
             report(f"wgmma {dtype} 128x192 3072x3072x3072", run_case, url=url, workdir=work, dtype=dtype, M=3072, N=3072, K=3072,
                    ta=False, tb=True, arch="sm_90a",
                    params={"block_m": 128, "block_n": 192, "block_k": 64, "warps": 12, "stages": 5, "split_k": 1, "mma": "wgmma"})
-            report(f"wgmma {dtype} stream_k 2 128x192 3072x3072x3072 add+gelu", run_case, url=url, workdir=work, dtype=dtype, M=3072,
-                   N=3072, K=3072, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
-                   extra=[("bias", torch.randn(3072, device="cuda", dtype=torch.float32))], arch="sm_90a",
-                   params={**sk2, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5})
-        report("wgmma float16 runtime M stream_k 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=sk,
-               M0=257, Ms=[1, 64, 257, 300, 2049, 4224], N=4104, K=1000, ops=chain_sk)
-        report("wgmma bfloat16 runtime M stream_k 2 64x128", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16", params=sk2,
-               M0=257, Ms=[1, 257, 2049, 4224], N=4104, K=1000, ops=chain_sk)
+            report(f"wgmma {dtype} tail_split 128x192 4647x2048x7168 add+gelu", run_case, url=url, workdir=work, dtype=dtype, M=4647,
+                   N=2048, K=7168, ta=False, tb=False, ops=gelu_bias,
+                   extra=[("bias", torch.randn(2048, device="cuda", dtype=torch.float32))], arch="sm_90a",
+                   params={**ts, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5})
+        report("wgmma float16 runtime M tail_split 64x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=ts,
+               M0=257, Ms=[1, 64, 300, 2049, 4224], N=4104, K=1000, ops=chain_ts)
+        report("wgmma bfloat16 runtime M tail_split 128x256", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16",
+               params={**ts, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4}, M0=257, Ms=[1, 2049, 4224], N=4104, K=1000,
+               ops=chain_ts)
         # Clusters of two blocks on two tiles of a column, each multicasting half of B to both:
         # every layout (a K-major and an N-major B take different multicast paths), an odd
         # number of tile rows (the last pair's second tile lies past M), one consumer

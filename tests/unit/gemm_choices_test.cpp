@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "core/templates/gemm_backend.hpp"
 #include "core/templates/template.hpp"
 
 namespace kforge::core::templates {
@@ -47,7 +48,7 @@ std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, i
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
                std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) > 1 ? "c" + std::to_string(c["cluster_m"].get<int>()) : "") +
-               (c.value("stream_k", 0) > 0 ? "s" + std::to_string(c["stream_k"].get<int>()) : "") + (c.value("swap_ab", 0) ? "T" : ""));
+               (c.value("tail_split", 0) > 0 ? "t" : "") + (c.value("swap_ab", 0) ? "T" : ""));
   }
   return out;
 }
@@ -78,6 +79,24 @@ TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
   // 128x192's 704 tiles (5 waves and a third) are 1.18x.
   EXPECT_EQ(hopper_choices(1, 4096, 4096, 4096),
             (std::multiset<std::string>{"128x256/1", "128x256/1", "256x128/1", "128x128/1", "128x256/1c2", "128x256/1c2"}));
+}
+
+TEST(GemmChoices, APartialLastWaveTriesItsTilesCutIntoPartsOfK) {
+  // 4647x2048x7168: 296 tiles of 128x256 are two waves of 132 and 32 (cut into 4 parts: one
+  // wave of 128 quarter tiles), 304 of 256x128 two and 40 (3 parts): the model's two best.
+  const auto tailed = hopper_choices(1, 4647, 2048, 7168);
+  EXPECT_EQ(tailed.count("128x256/1t") + tailed.count("256x128/1t"), 2u) << ::testing::PrintToString(tailed);
+  // A tail no cut shortens (4096^3: 116 tiles past three waves of 128x256) and a problem with
+  // fewer tiles than SMs (split_k's) get none.
+  for (const auto& choices : {hopper_choices(1, 4096, 4096, 4096), hopper_choices(1, 257, 4096, 4096)})
+    for (const std::string& c : choices) EXPECT_EQ(c.find('t'), std::string::npos) << c;
+  // The kernel counts the parts at launch as the model does.
+  EXPECT_EQ(cuda_tail_parts(32, 132, 112), 4);   // 128 parts: one wave
+  EXPECT_EQ(cuda_tail_parts(11, 132, 112), 8);   // at most 8
+  EXPECT_EQ(cuda_tail_parts(116, 132, 64), 1);   // 232 parts or more take as long as the 116 tiles
+  EXPECT_EQ(cuda_tail_parts(67, 132, 64), 3);    // 201 parts in two waves of a third: 0.67 of a tile
+  EXPECT_EQ(cuda_tail_parts(33, 132, 2), 2);     // no more parts than K slices
+  EXPECT_EQ(cuda_tail_parts(120, 132, 64), 1);   // 2 x 120 parts would pass the 320 slots
 }
 
 TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {

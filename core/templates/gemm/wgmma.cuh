@@ -8,14 +8,15 @@
 // The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
 // epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
-// the same time. With STREAM_K (stream-K, Osama et al. 2023) the tiles that fill whole waves
-// of the resident blocks are units of their own, and the rest (STREAM_K 1: the last, partial
-// wave's tiles; 2: those and one full wave before them) are shared out by K slice: their
-// tiles x KTILES slices are cut into one contiguous range per resident block, so every SM
-// gets the same work whatever the tile count (a ragged M, a wave just past the SMs). A range
-// crosses tiles; each piece of it that is not a whole tile leaves float partial sums in a
-// workspace slot (a block's first and last piece: two slots a block), which sk_reduce adds up
-// for the tiles cut that way, applying the epilogue. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
+// the same time. With TAIL_SPLIT the tiles that fill whole waves of the resident blocks are
+// units of their own, and the rest (the last, partial wave's: 32 tiles past 2 x 132) are cut
+// into PARTS parts of K (rows_of: as many as the idle SMs take, 4 there), so the last wave is
+// 128 quarter tiles, not 32 whole ones. Its units are ordered part by part: the blocks that
+// run them at once are at the same K offset of neighbouring tiles, and read the same slices
+// of A and B through L2 (stream-K's contiguous ranges, a block's crossing tiles, put them at
+// different offsets: on the H100 that took up to 1.6 times the whole tiles' time). Each
+// part leaves float partial sums in a workspace slot, which tail_reduce adds up, applying the
+// epilogue. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
 // columns at a time, from which the TMA unit writes them to C (where C's layout allows).
 //
 // With CLUSTER > 1 (2 to 4) the blocks run as a thread-block cluster on CLUSTER consecutive
@@ -58,7 +59,7 @@ using TC = half;
 #define $stages$ 4
 #define $consumers$ 2
 #define $split_k$ 2
-#define $stream_k$ 0
+#define $tail_split$ 0
 #define $cluster_m$ 2
 #define $a_kmajor$ true
 #define $b_kmajor$ false
@@ -92,11 +93,11 @@ using TC = half;
 
 namespace wg {
 constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
-constexpr int STREAM_K = $stream_k$;  // 0: every tile whole; 1: the last partial wave shared out by K slice; 2: and one full wave
-// Stream-K's workspace slots (one BM x BN float tile each): two a resident block, and no GPU
-// has more SMs than this.
-constexpr int64_t MAX_SMS = 160;
-static_assert(STREAM_K == 0 || (SPLIT_K == 1 && CLUSTER == 1), "stream_k takes split_k 1 and cluster_m 1");
+constexpr int TAIL_SPLIT = $tail_split$;  // 0: every tile whole; 1: the last partial wave's tiles cut into parts of K
+// The tail split's workspace slots (one BM x BN float tile each: a part of a tile), and the
+// most parts a tile is cut into.
+constexpr int64_t MAX_SLOTS = 320, MAX_PARTS = 8;
+static_assert(TAIL_SPLIT == 0 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m 1");
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
@@ -108,24 +109,33 @@ constexpr int64_t GROUP_M = 8;
 // What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
 // CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
 // is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
-// With STREAM_K: units [0, dp) are whole tiles, units [dp, dp + workers) a block's range each
-// of the sk_iters K slices of tiles dp .. dp + sk_tiles - 1 (none: dp = units).
+// With TAIL_SPLIT: units [0, dp) are whole tiles, and unit dp + s tail + t part s of the
+// PARTS of K of tile dp + t (none: dp = units, parts = 1).
 struct Rows {
-  int64_t M, groups_m, units, dp, sk_tiles, sk_iters, workers;
+  int64_t M, groups_m, units, dp, tail, parts;
 };
+// The parts of K that the `tail` tiles past the last full wave are cut into: the count of 2
+// to MAX_PARTS (no more than the K slices, nor the slots hold) whose parts finish soonest in
+// waves of `resident` blocks (ceil(tail parts / resident) waves of 1 / parts of a tile), the
+// smallest of equals; 1 where none finishes before the whole tiles' one wave. The search's
+// cost model (gemm_cuda.cpp, tail_parts) counts the same.
+__host__ __device__ __forceinline__ int64_t tail_parts(int64_t tail, int64_t resident, int64_t ktiles) {
+  int64_t best = 1;
+  for (int64_t p = 2; p <= MAX_PARTS && p <= ktiles && tail * p <= MAX_SLOTS; ++p)
+    if ((tail * p + resident - 1) / resident * best < (tail * best + resident - 1) / resident * p) best = p;
+  return best;
+}
 // `resident`: the blocks (clusters) that run at once.
 __host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident) {
   const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
   const int64_t tiles = groups_m * TILES_N * kBatch * SPLITS;
-  Rows r{M, groups_m, tiles, tiles, 0, 0, 0};
-  if constexpr (STREAM_K > 0) {
-    const int64_t full = tiles / resident * resident, tail = tiles - full;
-    if (tail > 0) {
-      r.sk_tiles = tail + (STREAM_K == 2 && full > 0 ? resident : 0);
-      r.dp = tiles - r.sk_tiles;  // a multiple of resident: every block runs as many whole tiles
-      r.sk_iters = r.sk_tiles * KTILES;
-      r.workers = r.sk_iters < resident ? r.sk_iters : resident;
-      r.units = r.dp + r.workers;
+  Rows r{M, groups_m, tiles, tiles, 0, 1};
+  if constexpr (TAIL_SPLIT > 0) {
+    const int64_t tail = tiles % resident, parts = tail_parts(tail, resident, KTILES);
+    if (parts > 1) {
+      r.dp = tiles - tail;  // a multiple of resident: every block runs as many whole tiles
+      r.tail = tail, r.parts = parts;
+      r.units = r.dp + tail * parts;
     }
   }
   return r;
@@ -134,9 +144,9 @@ __host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident) {
 // (gemm_cuda.cpp's TmaOperand::packed), rows padded to 8 elements; the maps read the copy.
 constexpr bool A_PACKED = $a_packed$, B_PACKED = $b_packed$;
 constexpr size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-// split-K's partial sums: SPLITS float slices of [batch][M][N]; stream-K's: a tile per slot.
+// split-K's partial sums: SPLITS float slices of [batch][M][N]; the tail split's: a tile per slot.
 size_t partial_bytes(int64_t M) {
-  if constexpr (STREAM_K > 0) return size_t(2 * MAX_SMS) * BM * BN * 4;
+  if constexpr (TAIL_SPLIT > 0) return size_t(MAX_SLOTS) * BM * BN * 4;
   return SPLITS > 1 && M > 0 ? size_t(SPLITS) * size_t(kBatch * M * kN) * 4 : 0;
 }
 size_t packed_a_bytes(int64_t M) { return A_PACKED ? align256(size_t($a_batch$) * size_t($a_batch_stride$) * 2) : 0; }
@@ -281,44 +291,24 @@ __device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
   return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
 }
 
-// A piece of work: of unit `unit`, its tile, and its part of the tile's K range, slices [k0,
-// k1) of split `split`; `slot` >= 0: a stream-K piece that is not the whole tile, whose
-// partial sums go to workspace slot `slot`; `next`, `end`: the block's stream-K range goes on
-// at slice `next` up to `end` (of the sk_iters).
+// A unit of work: its tile, and its part of the tile's K range, slices [k0, k1) of split
+// `split`; `slot` >= 0: a part of a tail tile, whose partial sums go to workspace slot `slot`.
 struct Work {
   int64_t unit, tile;
   int split, k0, k1;
-  int64_t slot, next, end;
+  int64_t slot;
 };
-// Stream-K: the block that runs slice i of the shared tiles (ranges [w sk_iters / workers,
-// (w + 1) sk_iters / workers)), and where its range starts.
-__host__ __device__ __forceinline__ int64_t sk_worker(int64_t i, const Rows& r) { return ((i + 1) * r.workers - 1) / r.sk_iters; }
-__host__ __device__ __forceinline__ int64_t sk_start(int64_t w, const Rows& r) { return w * r.sk_iters / r.workers; }
-// The slot of worker w's piece in shared tile t: 2w for the piece its range starts in, 2w + 1
-// for the last (the ones between are whole tiles).
-__host__ __device__ __forceinline__ int64_t sk_slot(int64_t w, int64_t t, const Rows& r) { return sk_start(w, r) >= t * KTILES ? 2 * w : 2 * w + 1; }
-// The piece of stream-K unit `unit` that starts at shared slice i.
-__device__ __forceinline__ Work sk_piece(int64_t unit, int64_t i, const Rows& r) {
-  const int64_t w = unit - r.dp, end = sk_start(w + 1, r), t = i / KTILES;
-  const int k0 = int(i % KTILES), k1 = int(end - i < KTILES - k0 ? k0 + (end - i) : KTILES);
-  const bool whole = k0 == 0 && k1 == KTILES;
-  return {unit, r.dp + t, 0, k0, k1, whole ? -1 : sk_slot(w, t, r), i + (k1 - k0), end};
-}
-// The first piece of a unit (`unit` past the last: a piece whose unit says so).
-__device__ __forceinline__ Work first_work(int64_t unit, const Rows& r) {
-  if (unit >= r.units) return {unit, 0, 0, 0, 0, -1, 0, 0};
-  if constexpr (STREAM_K > 0) {
-    if (unit >= r.dp) return sk_piece(unit, sk_start(unit - r.dp, r), r);
-    return {unit, unit, 0, 0, KTILES, -1, 0, 0};
+// Unit `unit` (past the last: a unit that says so).
+__device__ __forceinline__ Work unit_work(int64_t unit, const Rows& r) {
+  if (unit >= r.units) return {unit, 0, 0, 0, 0, -1};
+  if constexpr (TAIL_SPLIT > 0) {
+    if (unit < r.dp) return {unit, unit, 0, 0, KTILES, -1};
+    const int64_t u = unit - r.dp, part = u / r.tail;
+    return {unit, r.dp + u % r.tail, 0, int(part * KTILES / r.parts), int((part + 1) * KTILES / r.parts), u};
   } else {
     const int split = int(unit % SPLITS), k0 = split * KPS;
-    return {unit, unit / SPLITS, split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES, -1, 0, 0};
+    return {unit, unit / SPLITS, split, k0, k0 + KPS < KTILES ? k0 + KPS : KTILES, -1};
   }
-}
-// The piece after w: the rest of a stream-K range, or the block's next unit.
-__device__ __forceinline__ Work next_work(const Work& w, const Rows& r, int64_t unit_step) {
-  if (STREAM_K > 0 && w.next < w.end) return sk_piece(w.unit, w.next, r);
-  return first_work(w.unit + unit_step, r);
 }
 
 // Two adjacent outputs, rounded as kf_store rounds each.
@@ -394,7 +384,7 @@ __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_
     }
 }
 
-// A stream-K piece's partial sums, as floats, to its BM x BN slot (rows and columns of the tile).
+// A tail part's partial sums, as floats, to its BM x BN slot (rows and columns of the tile).
 __device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, int row0, int lane) {
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
@@ -405,23 +395,20 @@ __device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, 
     }
 }
 
-// A shared tile's C = epilogue(the sum of its pieces), four outputs a thread, every tile's
-// threads side by side (TILE_QUADS a tile); a tile one block ran whole was stored by it. The
-// pieces' loads are independent and issued at once, so the tiles are added up by the whole
-// GPU, not one block each.
+// A tail tile's C = epilogue(the sum of its parts), four outputs a thread, every tile's
+// threads side by side (TILE_QUADS a tile). The parts' loads are independent and issued at
+// once, so the tiles are added up by the whole GPU, not one block each.
 constexpr int TILE_QUADS = BM * BN / 4;
-__global__ void __launch_bounds__(256) sk_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
+__global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, t = i / TILE_QUADS;
   const int q = int(i % TILE_QUADS), r = q / (BN / 4), c = (q % (BN / 4)) * 4;
-  if (t >= rows.sk_tiles) return;
-  const int64_t first = sk_worker(t * KTILES, rows), last = sk_worker((t + 1) * KTILES - 1, rows);
-  if (first == last) return;
+  if (t >= rows.tail) return;
   const Tile tile = tile_at(rows.dp + t, 0, rows.groups_m);
   const int64_t m = tile.m0 + r, n = tile.n0 + c;
   if (m >= rows.M || n >= kN) return;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int64_t w = first; w <= last; ++w) {
-    const float4 x = *reinterpret_cast<const float4*>(W + sk_slot(w, t, rows) * BM * BN + r * BN + c);
+  for (int64_t part = 0; part < rows.parts; ++part) {
+    const float4 x = *reinterpret_cast<const float4*>(W + (part * rows.tail + t) * BM * BN + r * BN + c);
     v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
   }
   TC* const p = C + offC + int64_t(tile.b) * sCb + m * sCm + n * sCn;
@@ -495,7 +482,7 @@ __device__ __forceinline__ void release(uint32_t bar) {
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
                                         const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
-  for (Work w = first_work(first_unit, rows); w.unit < rows.units; w = next_work(w, rows, unit_step)) {
+  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
     for (int kt = w.k0; kt < w.k1; ++kt, ++it) {
@@ -538,7 +525,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
   float acc[M_ITERS][BN / 2];
   int64_t it = 0;
   const int64_t M = rows.M;
-  for (Work w = first_work(first_unit, rows); w.unit < rows.units; w = next_work(w, rows, unit_step)) {
+  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
@@ -566,8 +553,8 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
     for (int mi = 0; mi < M_ITERS; ++mi) fence_regs(acc[mi]);
 
     const int b = tile.b;
-    if constexpr (STREAM_K > 0) {
-      if (w.slot >= 0) {  // a stream-K piece of a tile: its partial sums, for sk_reduce
+    if constexpr (TAIL_SPLIT > 0) {
+      if (w.slot >= 0) {  // a part of a tail tile: its partial sums, for tail_reduce
         float* const Wt = W + w.slot * int64_t(BM) * BN;
 #pragma unroll
         for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, wg * WG_M + mi * 64 + warp * 16, lane);
@@ -734,8 +721,8 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
   config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
   if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows/*$EPARGS$*/)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  if constexpr (STREAM_K > 0) {
-    if (rows.sk_tiles > 0) sk_reduce<<<unsigned(rows.sk_tiles * TILE_QUADS / 256), 256, 0, stream>>>(W, C, rows/*$EPARGS$*/);
+  if constexpr (TAIL_SPLIT > 0) {
+    if (rows.tail > 0) tail_reduce<<<unsigned(rows.tail * TILE_QUADS / 256), 256, 0, stream>>>(W, C, rows/*$EPARGS$*/);
     return cudaGetLastError();
   }
   if (SPLITS == 1) return e;
