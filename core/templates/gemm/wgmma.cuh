@@ -176,6 +176,12 @@ constexpr uint32_t BARRIER_BYTES = (16 * STAGES + 127) / 128 * 128;  // 2 mbarri
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + BARRIER_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES;  // + alignment slack
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+// Programmatic dependent launch: the kernel that adds up the partial sums is launched while
+// the gemm runs (launch_dependents, issued by the gemm's blocks as they start) and waits for
+// the gemm's completion and its memory (wait_for_gemm), instead of starting only after the
+// gemm has ended: the launch latency overlaps the gemm.
+__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_for_gemm() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -400,6 +406,7 @@ __device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, 
 // once, so the tiles are added up by the whole GPU, not one block each.
 constexpr int TILE_QUADS = BM * BN / 4;
 __global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
+  wait_for_gemm();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, t = i / TILE_QUADS;
   const int q = int(i % TILE_QUADS), r = q / (BN / 4), c = (q % (BN / 4)) * 4;
   if (t >= rows.tail) return;
@@ -419,6 +426,7 @@ __global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, 
 
 // C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
 __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
+  wait_for_gemm();
   const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
   for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
@@ -613,6 +621,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int rank = CLUSTER > 1 ? int(cluster_rank()) : 0;
   const int64_t first_unit = blockIdx.x / CLUSTER, unit_step = gridDim.x / CLUSTER;
+  if constexpr (SPLITS > 1 || TAIL_SPLIT > 0) launch_dependents();
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
@@ -721,15 +730,24 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
   config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
   if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows/*$EPARGS$*/)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  // The kernel that adds up the partial sums, launched as the gemm's programmatic dependent.
+  cudaLaunchConfig_t reduce = {};
+  cudaLaunchAttribute dependent = {};
+  dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  dependent.val.programmaticStreamSerializationAllowed = 1;
+  reduce.blockDim = dim3(256);
+  reduce.stream = stream;
+  reduce.attrs = &dependent;
+  reduce.numAttrs = 1;
   if constexpr (TAIL_SPLIT > 0) {
-    if (rows.tail > 0) tail_reduce<<<unsigned(rows.tail * TILE_QUADS / 256), 256, 0, stream>>>(W, C, rows/*$EPARGS$*/);
-    return cudaGetLastError();
+    if (rows.tail == 0) return e;
+    reduce.gridDim = dim3(unsigned(rows.tail * TILE_QUADS / 256));
+    return cudaLaunchKernelEx(&reduce, tail_reduce, static_cast<const float*>(W), C, rows/*$EPARGS$*/);
   }
   if (SPLITS == 1) return e;
   const int64_t quads = kBatch * M * ROW_QUADS;
-  const unsigned reduce_blocks = unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms);
-  splitk_reduce<<<reduce_blocks, 256, 0, stream>>>(W, C, M/*$EPARGS$*/);
-  return cudaGetLastError();
+  reduce.gridDim = dim3(unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms));
+  return cudaLaunchKernelEx(&reduce, splitk_reduce, static_cast<const float*>(W), C, M/*$EPARGS$*/);
 }
 }  // namespace wg
 
