@@ -280,7 +280,14 @@ def main():
             bench = (j.get("winner") or {}).get("benchmark") if args.autotune else j.get("benchmark")
             params = (j.get("winner") or {}).get("params") if args.autotune else j.get("template", {}).get("params")
             if not bench or bench.get("status") != "ok":
-                print(f"{name}: no timing: {json.dumps(bench or j)[:400]}", flush=True)
+                # Why: the autotune's reason and each choice's outcome (its params, status, and
+                # what its benchmark or verification said), not the head of the whole answer.
+                why = [j.get("winner_reason") or (bench or {}).get("reason") or (bench or {}).get("status")]
+                for c in j.get("choices", []):
+                    cb = c.get("benchmark") or {}
+                    why.append(f"{json.dumps(c.get('params'), sort_keys=True)}: {c.get('status')}, benchmark {cb.get('status')}"
+                               f" {cb.get('reason') or cb.get('error') or ''} verify {json.dumps(cb.get('verify'))[:200]}")
+                print(f"{name}: no timing: " + "; ".join(str(w) for w in why), flush=True)
                 continue
             ok = bench.get("verify", {}).get("passed")
             # The vendor is timed with each kernel (interleaved with it): the winner's result carries it.

@@ -355,11 +355,14 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       return 1.1 * double((units + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency / split;
     };
     // With tail_split the last, partial wave's tiles are parts of K in as many waves as
-    // tail_parts() counts, and 10 % for the partial sums and adding them up.
+    // cuda_tail_parts() counts, plus 0.4 of a whole tile's time for storing the partial sums
+    // and adding them up (what four H100 rankings of whole against cut tails came to:
+    // 4647x2048x7168, 3072^3, 2048x11008x4096 and 11585x1536x4096 took 0.55-0.7 of a tile
+    // for tails cut into 4 to 7 parts).
     auto estimate_tail = [&](const Tiling& t) {
       const int64_t tiles = tile_count(g, t.bm, t.bn), tail = tiles % kSms, parts = cuda_tail_parts(tail, kSms, (g.K + 63) / 64);
       if (parts == 1) return estimate(t);
-      const double waves = double(tiles / kSms) + 1.1 * double((tail * parts + kSms - 1) / kSms) / double(parts);
+      const double waves = double(tiles / kSms) + double((tail * parts + kSms - 1) / kSms) / double(parts) + 0.4;
       return waves * t.bm * t.bn / t.efficiency;
     };
     const bool compute_bound = tile_count(g, 128, 256) >= kSms;
@@ -367,16 +370,20 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     for (const Tiling& t : kTilings) best = std::min(best, estimate(t));  // the whole tiles' best prunes them
     std::vector<std::pair<double, json>> tails;
     for (const Tiling& t : kTilings) {
-      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
       json c = {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
                 {"cluster_m", t.cluster_m}, {"mma", "wgmma"}};
-      out.push_back(c);
       // A partial last wave (4647x2048x7168 in 128x256 tiles: 2 waves and 32 tiles, 0.84x
-      // cuBLAS) whose tiles cut into parts of K the model puts 3 % or more ahead: the two best.
-      if (const double e = estimate_tail(t); compute_bound && t.cluster_m == 1 && e < 0.97 * estimate(t)) {
-        c["tail_split"] = 1;
-        tails.push_back({e, std::move(c)});
+      // cuBLAS) whose tiles cut into parts of K the model puts 3 % or more ahead of the whole
+      // tiles and within the pruning margin: the two best tile shapes, whether or not their
+      // whole tiles are tried.
+      const bool new_tiles = std::none_of(tails.begin(), tails.end(), [&](const auto& c) { return c.second["block_m"] == t.bm && c.second["block_n"] == t.bn; });
+      if (const double e = estimate_tail(t); compute_bound && new_tiles && t.cluster_m == 1 && e < 0.97 * estimate(t) && e <= 1.15 * best) {
+        json tailed = c;
+        tailed["tail_split"] = 1;
+        tails.push_back({e, std::move(tailed)});
       }
+      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
+      out.push_back(std::move(c));
     }
     std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     if (tails.size() > 2) tails.resize(2);
