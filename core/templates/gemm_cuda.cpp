@@ -327,7 +327,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // compiles: a tiling's time is its waves (units of work over the SMs, rounded up) times
     // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
     // down to 0.7 for 64x128 and 0.5 for 64x64: rough figures read off the suite runs in docs/BENCHMARKS.md,
-    // not a fit); tilings estimated 15 % or more behind the best are not tried (at 4096^3
+    // not a fit; one consumer warpgroup's 64x256 and 128x128, 0.65 and 0.68, from the issue-42
+    // rankings, where they took 1.3-1.6x the time of the two-consumer tiles of the same waves);
+    // tilings estimated 15 % or more behind the best are not tried (at 4096^3
     // that leaves 6 of 11, as many as a cold autotune times in 15 s). Only these problems
     // try 128x256 in clusters of two, which move a third less through L2 and won the wide
     // LLM projections but lose a little where tiles are few. Smaller problems are memory-
@@ -343,7 +345,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       int cluster_m = 1;
     };
     static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
-                                                 {128, 128, 8, 6, 0.85}, {128, 192, 12, 5, 0.95}, {64, 256, 8, 5, 0.85}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
+                                                 {128, 128, 8, 6, 0.68}, {128, 192, 12, 5, 0.95}, {64, 256, 8, 5, 0.65}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
                                                  {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
     auto estimate = [&](const Tiling& t) {
       return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
@@ -374,8 +376,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
                 {"cluster_m", t.cluster_m}, {"mma", "wgmma"}};
       // A partial last wave (4647x2048x7168 in 128x256 tiles: 2 waves and 32 tiles, 0.84x
       // cuBLAS) whose tiles cut into parts of K the model puts 3 % or more ahead of the whole
-      // tiles and within the pruning margin: the two best tile shapes, whether or not their
-      // whole tiles are tried.
+      // tiles and within the pruning margin: the three best tile shapes, whether or not their
+      // whole tiles are tried (513x6848x2560: 135 tiles of 128x256, a wave and 3, pruned
+      // whole, third of the model's three and first on the H100).
       const bool new_tiles = std::none_of(tails.begin(), tails.end(), [&](const auto& c) { return c.second["block_m"] == t.bm && c.second["block_n"] == t.bn; });
       if (const double e = estimate_tail(t); compute_bound && new_tiles && t.cluster_m == 1 && e < 0.97 * estimate(t) && e <= 1.15 * best) {
         json tailed = c;
@@ -386,7 +389,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       out.push_back(std::move(c));
     }
     std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (tails.size() > 2) tails.resize(2);
+    if (tails.size() > 3) tails.resize(3);
     for (auto& [e, c] : tails) out.push_back(std::move(c));
     // Fewer tiles than SMs (a skinny or ragged M, a small problem): each SM then streams a
     // whole K range on its own, at the bandwidth one SM gets from L2, while the others idle

@@ -66,8 +66,9 @@ TEST(GemmChoices, FewerTilesThanSmsTrySplittingKToFillThem) {
   for (const char* c : {"128x192/2c3", "128x256/2c3", "256x128/2c2"}) EXPECT_EQ(ragged.count(c), 1u) << c << ::testing::PrintToString(ragged);
   EXPECT_EQ(ragged.count("128x128/2") + ragged.count("64x256/2"), 0u) << ::testing::PrintToString(ragged);
   // 3072^3 in 128x192 tiles: 384 (2.9 waves) leave every other whole tiling 15 % or more
-  // behind; 128x256's and 256x128's 288 (two waves and 24, cut into 5 parts) are 1.10x.
-  EXPECT_EQ(hopper_choices(1, 3072, 3072, 3072), (std::multiset<std::string>{"128x192/1", "128x256/1t", "256x128/1t"}));
+  // behind; 128x256's and 256x128's 288 (two waves and 24, cut into 5 parts) are 1.10x,
+  // 128x128's 576 (four waves and 48, in 2 parts) 1.15x.
+  EXPECT_EQ(hopper_choices(1, 3072, 3072, 3072), (std::multiset<std::string>{"128x192/1", "128x256/1t", "256x128/1t", "128x128/1t"}));
   for (const std::string& c : hopper_choices(1, 2048, 11008, 4096)) EXPECT_TRUE(c.find("/1") != std::string::npos) << c;
   // No choice takes stream-K (it lost every issue-42 case on the H100).
   for (const std::string& c : ragged) EXPECT_EQ(c.find('s'), std::string::npos) << c;
@@ -88,6 +89,11 @@ TEST(GemmChoices, APartialLastWaveTriesItsTilesCutIntoPartsOfK) {
   // wave of 128 quarter tiles), 304 of 256x128 two and 40 (3 parts): the model's two best.
   const auto tailed = hopper_choices(1, 4647, 2048, 7168);
   EXPECT_EQ(tailed.count("128x256/1t") + tailed.count("256x128/1t"), 2u) << ::testing::PrintToString(tailed);
+  // 513x6848x2560: 135 tiles of 128x256 (a wave and 3) are pruned whole but cut (the 3 in 8
+  // parts), and 128x128's and 128x192's tails too.
+  const auto just_past = hopper_choices(1, 513, 6848, 2560);
+  for (const char* c : {"128x256/1t", "128x128/1t", "128x192/1t"}) EXPECT_EQ(just_past.count(c), 1u) << c << ::testing::PrintToString(just_past);
+  EXPECT_EQ(just_past.count("128x256/1"), 0u) << ::testing::PrintToString(just_past);
   // A tail no cut shortens (4096^3: 116 tiles past three waves of 128x256 or 256x128) and a
   // problem with fewer tiles than SMs (split_k's) get none.
   const auto square = hopper_choices(1, 4096, 4096, 4096);
