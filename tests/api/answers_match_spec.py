@@ -249,7 +249,7 @@ def main() -> int:
         ok = expect("POST", "/kernels", 200, source_request("2"), role="submit").json()
         key = ok["key"]
         expect("POST", "/kernels", 200, source_request("2"), role="submit")
-        expect("POST", "/kernels", 202, source_request("3"), headers={"Prefer": "respond-async"}, role="submit")
+        async3 = expect("POST", "/kernels", 202, source_request("3"), headers={"Prefer": "respond-async"}, role="submit")
         bad = expect("POST", "/kernels", 422, {"backend": "cpu", "source": SOURCE.replace("FACTOR * x[i];", "x[i]")})
         expect("POST", "/kernels", 400, {"backend": "cpu", "source": "no kernel here"})
         expect("POST", "/kernels", 400, raw_body=b"{not json")
@@ -262,7 +262,10 @@ def main() -> int:
                headers={"Content-Type": "text/plain"})
         gemm = expect("POST", "/kernels", 200, dict(GEMM, options={"aot": True})).json()
         # The queue is one worker and one place: a slow build takes the worker, another the
-        # place, and a third finds the queue full (503 + Retry-After).
+        # place, and a third finds the queue full (503 + Retry-After). The async build above
+        # ends first (its event stream ends with it): on a loaded machine it still held the
+        # worker when the first slow build came, which then found the queue full.
+        request(server, "GET", async3.headers["location"] + "/events")
         for salt in ("11", "12"):
             expect("POST", "/kernels", 202, {"backend": "cpu", "source": SLOW.replace("SALT", salt)},
                    headers={"Prefer": "respond-async"})
