@@ -379,7 +379,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       // tiles and within the pruning margin: the three best tile shapes, whether or not their
       // whole tiles are tried (513x6848x2560: 135 tiles of 128x256, a wave and 3, pruned
       // whole, third of the model's three and first on the H100).
-      const bool new_tiles = std::none_of(tails.begin(), tails.end(), [&](const auto& c) { return c.second["block_m"] == t.bm && c.second["block_n"] == t.bn; });
+      const bool new_tiles = std::none_of(tails.begin(), tails.end(), [&](const auto& have) {
+        return have.second["block_m"] == t.bm && have.second["block_n"] == t.bn;
+      });
       if (const double e = estimate_tail(t); compute_bound && new_tiles && t.cluster_m == 1 && e < 0.97 * estimate(t) && e <= 1.15 * best) {
         json tailed = c;
         tailed["tail_split"] = 1;
