@@ -198,6 +198,9 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
 }
 
 constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
+// wgmma.cuh's MAX_SLOTS and MAX_PARTS: the tail split's workspace slots (a part of a tile each)
+// and the most parts a tile is cut into.
+constexpr int64_t kTailSlots = 320, kTailMaxParts = 8;
 
 // Output tiles of bm x bn over the batch.
 int64_t tile_count(const GemmProblem& g, int bm, int bn) { return g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn); }
@@ -211,7 +214,6 @@ int split_to_fill(const GemmProblem& g, int64_t units, int64_t enough) {
   while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
   return int(split);
 }
-constexpr int64_t kTailSlots = 320;  // wgmma.cuh's MAX_SLOTS: the tail split's workspace slots
 // The default's split for bm x bn tiles: none once they fill half of the SMs.
 int small_problem_split_k(const GemmProblem& g, int bm, int bn) { return split_to_fill(g, tile_count(g, bm, bn), kSms / 2); }
 
@@ -647,12 +649,12 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
 
 }  // namespace
 
-// Of 2 to 8 parts (at most the K slices, and the kTailSlots workspace slots), the count whose
+// Of 2 to kTailMaxParts parts (at most the K slices, and the kTailSlots workspace slots), the count whose
 // parts finish soonest (ceil(tail parts / resident) waves of 1 / parts of a tile), the
 // smallest of equals; 1 where none beats the whole tiles' one wave.
 int64_t cuda_tail_parts(int64_t tail, int64_t resident, int64_t ktiles) {
   int64_t best = 1;
-  for (int64_t p = 2; p <= 8 && p <= ktiles && tail * p <= kTailSlots; ++p)
+  for (int64_t p = 2; p <= kTailMaxParts && p <= ktiles && tail * p <= kTailSlots; ++p)
     if ((tail * p + resident - 1) / resident * best < (tail * best + resident - 1) / resident * p) best = p;
   return best;
 }

@@ -118,7 +118,7 @@ struct Rows {
 // to MAX_PARTS (no more than the K slices, nor the slots hold) whose parts finish soonest in
 // waves of `resident` blocks (ceil(tail parts / resident) waves of 1 / parts of a tile), the
 // smallest of equals; 1 where none finishes before the whole tiles' one wave. The search's
-// cost model (gemm_cuda.cpp, tail_parts) counts the same.
+// cost model counts the same (gemm_cuda.cpp's cuda_tail_parts, with these two limits).
 __host__ __device__ __forceinline__ int64_t tail_parts(int64_t tail, int64_t resident, int64_t ktiles) {
   int64_t best = 1;
   for (int64_t p = 2; p <= MAX_PARTS && p <= ktiles && tail * p <= MAX_SLOTS; ++p)
