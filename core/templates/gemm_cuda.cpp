@@ -137,6 +137,12 @@ int64_t wgmma_smem_bytes(int bm, int bn, int stages, int consumers) {
 
 std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch"; }
 
+// The float accumulators a consumer thread may hold. ptxas allocates for the block size's
+// share of the 64 Ki registers whatever setmaxnreg later moves: 255 a thread with one consumer
+// (256 threads), 168 with two (384), 128 with three (512), where 96 accumulators (192
+// columns) compile and 104 did not ("insufficient registers").
+int wgmma_accumulator_limit(int consumers) { return consumers == 3 ? 96 : 128; }
+
 // The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
 // 64-deep K slices that one producer thread loads with TMA into 128-byte-swizzled shared
 // memory, `stages` deep.
@@ -160,18 +166,20 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
                                    (swap ? " (a multiple of 8 needs A with unit K stride: with swap_ab, block_n tiles M)" : " (a multiple of 8 with swap_ab, where it tiles M)"));
     }
   }
-  if (warps != 8 && warps != 12) {
-    p.add("/params/warps", "the wgmma kernel runs one producer and one or two consumer warpgroups: warps is 8 or 12, not " + std::to_string(warps));
+  if (warps != 8 && warps != 12 && warps != 16) {
+    p.add("/params/warps", "the wgmma kernel runs one producer and one to three consumer warpgroups: warps is 8, 12 or 16, not " + std::to_string(warps));
   } else {
     const int consumers = warps / 4 - 1;
     if (bm % (64 * consumers) != 0) {
       p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * consumers));
-    } else if (bm / consumers / 64 * bn / 2 > 128) {
-      p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(bm / consumers / 64 * bn / 2) + " accumulators per thread; the limit is 128 (registers)");
+    } else if (const int acc = bm / consumers / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit) {
+      p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(acc) +
+                                   " accumulators per thread; the limit is " + std::to_string(limit) +
+                                   (consumers == 3 ? " (registers: a block of 512 threads compiles at 128 a thread)" : " (registers)"));
     }
   }
   if (stages < 2) p.add("/params/stages", "the TMA pipeline needs at least 2 stages");
-  const int64_t smem = wgmma_smem_bytes(bm, bn, stages, warps == 8 ? 1 : 2);
+  const int64_t smem = wgmma_smem_bytes(bm, bn, stages, std::max(1, warps / 4 - 1));
   if (smem > cuda_smem_limit("sm_90a")) {
     p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x64 tiles need " + std::to_string(smem) +
                                 " bytes of shared memory; sm_90a has " + std::to_string(cuda_smem_limit("sm_90a")));
@@ -287,11 +295,13 @@ std::vector<json> block_n_values() {
 }
 
 std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
-  return {{"block_m", "int", ints({32, 64, 128, 256}), 128, "rows of C per thread block"},
+  return {{"block_m", "int", ints({32, 64, 128, 192, 256}), 128, "rows of C per thread block (192: wgmma's, with 16 warps)"},
           {"block_n", "int", block_n_values(), 128,
            "columns of C per thread block (wgmma: 64, 128, 192 or 256; with swap_ab, rows of C: any multiple of 8 up to 256)"},
           {"block_k", "int", ints({8, 16, 32, 64}), 32, "depth of a shared-memory stage"},
-          {"warps", "int", ints({1, 2, 4, 8, 12}), 8, "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8 or 12 (one producer and one or two consumer warpgroups)"},
+          {"warps", "int", ints({1, 2, 4, 8, 12, 16}), 8,
+           "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8, 12 or 16 (one producer and one to three "
+           "consumer warpgroups: 16 with 192-row tiles, three of 64 rows)"},
           {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
           {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
            "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
@@ -347,7 +357,8 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       int cluster_m = 1;
     };
     static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
-                                                 {128, 128, 8, 6, 0.68}, {128, 192, 12, 5, 0.95}, {64, 256, 8, 5, 0.65}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
+                                                 {128, 128, 8, 6, 0.68}, {128, 192, 12, 5, 0.95}, {192, 192, 16, 4, 0.975}, {192, 128, 16, 5, 0.93},
+                                                 {64, 256, 8, 5, 0.65}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
                                                  {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
     auto estimate = [&](const Tiling& t) {
       return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
@@ -389,7 +400,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         tailed["tail_split"] = 1;
         tails.push_back({e, std::move(tailed)});
       }
-      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64)) continue;
+      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192)) continue;
       out.push_back(std::move(c));
     }
     std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -405,7 +416,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     double best_split = best;  // the best of the whole tiles and their splits (64x128's too): what swap_ab must beat
     for (const Tiling& t : kTilings) {
       const int split = split_to_fill(g, tile_count(g, t.bm, t.bn), kSms * 2 / 3);
-      if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64)) continue;
+      if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192)) continue;
       const double e = estimate_split(t, split);
       best_split = std::min(best_split, e);
       if (!split_tiles.insert({t.bm, t.bn}).second) continue;
@@ -455,10 +466,12 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     const auto wa = tma_operand(w, 0), wb = tma_operand(w, 1);
     if (wa && wb && wb->kmajor && !staged_store(w)) {
       std::vector<std::pair<double, json>> swaps;
-      for (auto [bm, warps, scale] : {std::tuple{128, 12, 1.0}, std::tuple{64, 8, 0.85}}) {
+      for (auto [bm, warps, scale] : {std::tuple{128, 12, 1.0}, std::tuple{64, 8, 0.85}, std::tuple{192, 16, 1.1}}) {
+        if (bm == 192 && g.M <= 128) continue;
+        const int max_bn = wgmma_accumulator_limit(warps / 4 - 1) * 2;  // one 64-row wgmma tile a consumer
         for (int64_t t = 1, last = 0; t <= 8; ++t) {
           const int bn = int(((g.M + t - 1) / t + 7) / 8 * 8);
-          if (bn > 256 || bn == last) continue;
+          if (bn > std::min(256, max_bn) || bn == last) continue;
           last = bn;
           const double efficiency = scale * (bn >= 256 ? 1.0 : bn >= 192 ? 0.95 : bn >= 128 ? 0.9 : bn >= 64 ? 0.8 : 0.6);
           const int64_t tiles = tile_count(w, bm, bn);
@@ -526,6 +539,8 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
+  if (warps > 12) p.add("/params/warps", "16 warps are the wgmma kernel's (three consumer warpgroups); mma_sync and float32 take 1 to 12");
+  if (bm == 192) p.add("/params/block_m", "192-row tiles are the wgmma kernel's (three consumer warpgroups); mma_sync and float32 take 32, 64, 128 or 256");
   if (g.ab == Dtype::kFloat32) {
     const int threads = warps * 32;
     const int per = bm * bn / threads;

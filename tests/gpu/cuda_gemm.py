@@ -628,6 +628,28 @@ def main():
         report("wgmma float16 runtime M cluster_m 3 128x192", run_case_runtime_m, url=url, workdir=work, dtype="float16",
                params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5},
                M0=257, Ms=[1, 129, 257, 385, 2049], N=4104, K=1000, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
+        # 192-row tiles: three consumer warpgroups of 64 rows (16 warps), every layout, the last
+        # tile row past M, an epilogue, a cut tail, split-K, a cluster (a K-major B's share of
+        # 128 / 2 rows), swapped (192 rows of N by 176 of M: 513 rows in three tiles) and M at
+        # run time.
+        t3 = {"block_m": 192, "block_n": 192, "block_k": 64, "warps": 16, "stages": 4, "split_k": 1, "cluster_m": 1, "mma": "wgmma"}
+        gelu_t = [{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}]
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} 192-row 192x192 520x392x200", run_case, url=url, workdir=work, dtype=dtype,
+                       M=520, N=392, K=200, ta=ta, tb=tb, arch="sm_90a", params=t3)
+            report(f"wgmma {dtype} 192-row 192x256 tail_split add+gelu 3073x3072x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=3073, N=3072, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
+                   extra=[("bias", torch.randn(3072, device="cuda", dtype=torch.float32))],
+                   params=dict(t3, block_n=256, stages=3, tail_split=1))
+            report(f"wgmma {dtype} NT 192-row 192x128 split_k 2 cluster_m 2 600x1000x520", run_case, url=url, workdir=work,
+                   dtype=dtype, M=600, N=1000, K=520, ta=False, tb=True, arch="sm_90a", params=dict(t3, block_n=128, split_k=2, cluster_m=2))
+            report(f"wgmma {dtype} 192-row swap_ab 192x176 add+gelu 513x7736x2560", run_case, url=url, workdir=work, dtype=dtype,
+                   M=513, N=7736, K=2560, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
+                   extra=[("bias", torch.randn(7736, device="cuda", dtype=torch.float32))], params=dict(t3, block_n=176, swap_ab=1))
+        report("wgmma bfloat16 192-row runtime M 192x192", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16", params=t3,
+               M0=577, Ms=[1, 192, 193, 2049], N=392, K=800, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
         # M as an argument: one kernel for every M (ragged, smaller and larger than the one it
         # was built for), with split-K (whose workspace grows with M), clusters (an odd number
         # of tile rows) and an epilogue with an [M, N] input.

@@ -1,5 +1,5 @@
 // The Hopper kernel (sm_90a), persistent over output tiles. One producer warpgroup, whose
-// first thread issues TMA loads, and CONSUMERS warpgroups that each own WG_M rows of the
+// first thread issues TMA loads, and CONSUMERS (1 to 3) warpgroups that each own WG_M rows of the
 // BM x BN tile and issue wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring
 // of stages handed over with mbarriers (full: the TMA bytes landed; empty: every consumer's
 // wgmmas that read the stage have completed). TMA zero-fills what lies past an edge, so
@@ -632,11 +632,14 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   if constexpr (CLUSTER > 1) cluster_sync();  // the peers' barriers are ready before anyone multicasts or arrives
   else __syncthreads();
 
+  // The producer's registers go to the consumers: of the 64 Ki a block of 384 threads
+  // (2 consumers) or 512 (3) holds, the producer keeps 40 a thread.
   if (wg == CONSUMERS) {  // producer
-    if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if constexpr (CONSUMERS > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (tid == 0) produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
   } else {
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    if constexpr (CONSUMERS == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n");
     consume(&tmC, C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step/*$EPARGS$*/);
   }
   // A block leaves only once its peers are done: until then a peer may multicast into this
