@@ -134,7 +134,9 @@ def child(spec):
                     ki.install(spec["url"], kernels=True, kernel_benchmark=KERNEL_BENCHMARK)
                 f = torch.compile(function(model, variant), mode="max-autotune", dynamic=False)
                 t0 = time.perf_counter()
-                with torch.no_grad():
+                # "again": the graph without kforge compiled a second time, every cache off, so
+                # Inductor autotunes anew: how far two compiles of one graph differ
+                with torch.no_grad(), cfg.patch(force_disable_caches=(variant == "again")):
                     out, code = run_and_get_code(f, *args)
                 torch.cuda.synchronize()
                 compile_s = time.perf_counter() - t0
@@ -167,6 +169,11 @@ def child(spec):
                 case["step_ms"] = time_interleaved(torch, fns, args, spec.get("rounds", 7))
             except Exception as e:  # noqa: BLE001
                 case["step_error"] = f"{type(e).__name__}: {e}"[:2000]
+        if spec.get("profile") and fns:
+            try:
+                case["kernels_us"] = profile_kernels(torch, fns, args)
+            except Exception as e:  # noqa: BLE001
+                case["profile_error"] = f"{type(e).__name__}: {e}"[:2000]
         results.append(case)
         print("CASE " + json.dumps(case), flush=True)
     print("RESULT " + json.dumps(results), flush=True)
@@ -198,6 +205,30 @@ def time_interleaved(torch, fns, args, rounds):
                 times[k].append(block(fns[k], n))
     return {k: {"median": round(statistics.median(v), 5), "min": round(min(v), 5), "calls": n * rounds}
             for k, v in times.items()}
+
+
+def profile_kernels(torch, fns, args, calls=20):
+    """Each variant's GPU kernels over `calls` steps (torch.profiler; the CUDA graphs' kernels
+    too): {variant: [[kernel name, launches per step, microseconds per step], ...]}, longest first."""
+    from torch.profiler import ProfilerActivity, profile
+    out = {}
+    with torch.no_grad():
+        for k, f in fns.items():
+            f(*args)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    f(*args)
+                torch.cuda.synchronize()
+            rows = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA:
+                    r = rows.setdefault(e.name, [0, 0.0])
+                    r[0] += 1
+                    r[1] += e.device_time
+            out[k] = sorted(([n[:140], c / calls, round(t / calls, 2)] for n, (c, t) in rows.items()),
+                            key=lambda r: -r[2])
+    return out
 
 
 # --- the parent -------------------------------------------------------------------------
@@ -274,6 +305,9 @@ def main():
     ap.add_argument("--compile-m", type=int, default=2048)
     ap.add_argument("--phases", default="A,B")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--control", action="store_true",
+                    help="phase B also compiles the graph without kforge a second time, caches off (an A/A control)")
+    ap.add_argument("--profile", action="store_true", help="phase B also lists each variant's GPU kernels per step")
     a = ap.parse_args()
     if a.child:
         return child(json.loads(a.child))
@@ -319,8 +353,9 @@ def main():
             runs = {}
             for dt in dtypes:
                 cases = [[mo, dt, m] for mo in models for m in ms]
-                runs[dt] = run_child({"cases": cases, "url": server.url, "variants": ["without", "with"],
-                                      "time_steps": True, "rounds": a.rounds}, work, f"B-{dt}")
+                variants = ["without", "with"] + (["again"] if a.control else [])
+                runs[dt] = run_child({"cases": cases, "url": server.url, "variants": variants, "time_steps": True,
+                                      "rounds": a.rounds, "profile": a.profile}, work, f"B-{dt}")
                 print(f"# phase B {dt}: {runs[dt]['process_s']:.0f} s", flush=True)
             report["phases"]["B"] = {"runs": runs, "wall_s": round(time.time() - t0, 1)}
     finally:
@@ -357,8 +392,8 @@ def print_report(report):
     if B:
         print("\n## step time, torch.compile(mode=\"max-autotune\"), ATEN,TRITON, with and without kforge kernels\n")
         print("| model | dtype | M | without (ms) | with (ms) | speed-up | kforge calls (fused) | compile s without / with "
-              "| rel. err without / with | within tolerance |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| rel. err without / with | within tolerance | A/A: without, compiled again |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         details = []
         for dt, r in B["runs"].items():
             for c in r.get("cases") or []:
@@ -370,16 +405,43 @@ def print_report(report):
                 tw, tk = st.get("without", {}).get("median"), st.get("with", {}).get("median")
                 sp = f"{tw / tk:.3f}×" if tw and tk else "?"
                 ok = k.get("rel_err_vs_eager", 1) <= max(2 * w.get("rel_err_vs_eager", 0), TOL[c["dtype"]])
+                ta = st.get("again", {}).get("median")
+                aa = f"{ta} ms: {tw / ta:.3f}×" if tw and ta else "—"
                 print(f"| {c['model']} | {c['dtype']} | {c['m']} | {tw} | {tk} | {sp} | {k.get('kforge_calls')} "
                       f"({k.get('fused_calls')}) | {w.get('compile_s')} / {k.get('compile_s')} | "
-                      f"{w.get('rel_err_vs_eager', float('nan')):.1e} / {k.get('rel_err_vs_eager', float('nan')):.1e} | {ok} |")
+                      f"{w.get('rel_err_vs_eager', float('nan')):.1e} / {k.get('rel_err_vs_eager', float('nan')):.1e} | {ok} "
+                      f"| {aa} |")
                 details.append((c, k))
             if r["rc"] != 0:
                 print(f"| ({dt}) | failed (exit {r['rc']}) | | | | | | | | |")
-        print("\n## which choice won each matmul (with kforge kernels)\n")
+        print("\n## which choice won each matmul (with kforge kernels; and in the other variants)\n")
         for c, k in details:
             print(f"- {c['model']} {c['dtype']} M={c['m']}: " + "; ".join(winners(k)) +
                   (f" [refused: {k.get('kforge', {}).get('refused')}]" if k.get("kforge", {}).get("refused") else ""))
+            for var, v in c["variants"].items():
+                if var != "with" and winners(v):
+                    print(f"  - {var}: " + "; ".join(winners(v)))
+        for c, _ in details:
+            if c.get("kernels_us"):
+                print_kernels(c)
+
+
+def print_kernels(c, rows=14):
+    """The kernels whose time per step differs most between the variants (--profile)."""
+    prof = c["kernels_us"]
+    names = list(prof)
+    per = {v: {r[0]: r for r in prof[v]} for v in names}
+    total = {v: sum(r[2] for r in prof[v]) for v in names}
+    print(f"\n### GPU kernels per step: {c['model']} {c['dtype']} M={c['m']} (µs per step; launches)\n")
+    print("| kernel | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    print("| all kernels | " + " | ".join(f"{total[v]:.1f}" for v in names) + " |")
+    keys = {k for v in names for k in per[v]}
+    spread = sorted(keys, key=lambda k: -(max(per[v].get(k, [0, 0, 0])[2] for v in names) -
+                                          min(per[v].get(k, [0, 0, 0])[2] for v in names)))
+    for k in spread[:rows]:
+        cells = [f"{per[v][k][2]:.1f} ({per[v][k][1]:g})" if k in per[v] else "—" for v in names]
+        print(f"| `{k[:90]}` | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

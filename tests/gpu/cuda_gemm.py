@@ -639,10 +639,9 @@ def main():
                 ta, tb = bool(layout // 2), bool(layout % 2)
                 report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} 192-row 192x192 520x392x200", run_case, url=url, workdir=work, dtype=dtype,
                        M=520, N=392, K=200, ta=ta, tb=tb, arch="sm_90a", params=t3)
-            report(f"wgmma {dtype} 192-row 192x256 tail_split add+gelu 3073x3072x1000", run_case, url=url, workdir=work, dtype=dtype,
+            report(f"wgmma {dtype} 192-row 192x192 tail_split add+gelu 3073x3072x1000", run_case, url=url, workdir=work, dtype=dtype,
                    M=3073, N=3072, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
-                   extra=[("bias", torch.randn(3072, device="cuda", dtype=torch.float32))],
-                   params=dict(t3, block_n=256, stages=3, tail_split=1))
+                   extra=[("bias", torch.randn(3072, device="cuda", dtype=torch.float32))], params=dict(t3, tail_split=1))
             report(f"wgmma {dtype} NT 192-row 192x128 split_k 2 cluster_m 2 600x1000x520", run_case, url=url, workdir=work,
                    dtype=dtype, M=600, N=1000, K=520, ta=False, tb=True, arch="sm_90a", params=dict(t3, block_n=128, split_k=2, cluster_m=2))
             report(f"wgmma {dtype} 192-row swap_ab 192x176 add+gelu 513x7736x2560", run_case, url=url, workdir=work, dtype=dtype,
