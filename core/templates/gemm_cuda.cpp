@@ -222,16 +222,6 @@ int split_to_fill(const GemmProblem& g, int64_t units, int64_t enough) {
   while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
   return int(split);
 }
-// How many ways to split K so that `tiles`, one partial wave of them, finish soonest in waves of
-// parts on an H100's 132 SMs (98 tiles of 192x192: 4 ways, 392 parts in 3 waves of a quarter
-// tile, 0.75 of the whole tiles' one wave): the count of 2 to 8 (4 K slices each at least)
-// with the fewest waves per split, the smallest of equals; 1 where none beats the whole tiles.
-int split_to_fill_waves(const GemmProblem& g, int64_t tiles) {
-  int best = 1;
-  for (int s = 2; s <= 8 && (g.K + 63) / 64 / s >= 4; ++s)
-    if ((tiles * s + kSms - 1) / kSms * best < (tiles * best + kSms - 1) / kSms * s) best = s;
-  return best;
-}
 // The default's split for bm x bn tiles: none once they fill half of the SMs.
 int small_problem_split_k(const GemmProblem& g, int bm, int bn) { return split_to_fill(g, tile_count(g, bm, bn), kSms / 2); }
 
@@ -425,10 +415,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     std::set<std::pair<int, int>> split_tiles = {{64, 128}};  // 64x128 below, as the default splits it
     double best_split = best;  // the best of the whole tiles and their splits (64x128's too): what swap_ab must beat
     for (const Tiling& t : kTilings) {
-      // Tiles that fill two thirds of the SMs but not all, each a long K (1212x2600x6888: 98
-      // of 192x192, 0.75x cuBLAS whole): K split so that the parts fill whole waves.
-      const int64_t tiles = tile_count(g, t.bm, t.bn);
-      const int split = tiles >= kSms * 2 / 3 && tiles < kSms ? split_to_fill_waves(g, tiles) : split_to_fill(g, tiles, kSms * 2 / 3);
+      const int split = split_to_fill(g, tile_count(g, t.bm, t.bn), kSms * 2 / 3);
       if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192)) continue;
       const double e = estimate_split(t, split);
       best_split = std::min(best_split, e);
