@@ -67,6 +67,10 @@ TEST(GemmChoices, FewerTilesThanSmsTrySplittingKToFillThem) {
   // blocks of 128x192 (2 ways), 48 of 128x256 (2 ways), 192x192's two rows in pairs (3 ways).
   for (const char* c : {"128x192/2c3", "128x256/2c3", "192x192/3c2"}) EXPECT_EQ(ragged.count(c), 1u) << c << ::testing::PrintToString(ragged);
   EXPECT_EQ(ragged.count("128x128/2") + ragged.count("64x256/2"), 0u) << ::testing::PrintToString(ragged);
+  // Swapped, 257 rows in two tiles of 136 or four of 72 (the H100's two best, 0.0280 and 0.0302
+  // ms); 192-row tiles of N only where the tiles fill the SMs, which these do not.
+  for (const char* c : {"64x136/1T", "128x72/1T"}) EXPECT_EQ(ragged.count(c), 1u) << c << ::testing::PrintToString(ragged);
+  for (const std::string& c : ragged) EXPECT_FALSE(c.starts_with("192x") && c.ends_with("T")) << c;
   // 3072^3: 256 tiles of 192x192 are two waves (0.0795 ms on the H100, 1.01x cuBLAS, whose
   // own kernel there is 192x192); 128x192's 384 (2.9 waves: 0.0816 ms) and 192x128's are
   // within 5 %; 128x256's and 256x128's 288 (two waves and 24, cut into 5 parts) 1.07x;
