@@ -340,16 +340,19 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // its tile's work over the tensor-core efficiency its shape reaches (1 for 128x256,
     // down to 0.7 for 64x128 and 0.5 for 64x64: rough figures read off the suite runs in docs/BENCHMARKS.md,
     // not a fit; one consumer warpgroup's 64x256 and 128x128, 0.65 and 0.68, from the issue-42
-    // rankings, where they took 1.3-1.6x the time of the two-consumer tiles of the same waves);
-    // tilings estimated 15 % or more behind the best are not tried (at 4096^3
-    // that leaves 6 of 11, as many as a cold autotune times in 15 s). Only these problems
+    // rankings, where they took 1.3-1.6x the time of the two-consumer tiles of the same waves;
+    // three consumers' 192x192 and 192x128, 0.975 and 0.93, from H100 rankings at 3072^3,
+    // 0.0795, 0.0816 and 0.0826 ms for 192x192, 128x192 and 192x128); tilings estimated 15 % or
+    // more behind the best are not tried (at 4096^3 that leaves 7 of 14 with the tail-split
+    // ones, as many as a cold autotune times in 15 s). Only these problems
     // try 128x256 in clusters of two, which move a third less through L2 and won the wide
     // LLM projections but lose a little where tiles are few. Smaller problems are memory-
     // or latency-bound, where the model ranks badly (128x64 won 128x4096x4096), so they
     // try every tiling without clusters, 64x64 tiles too (2-3 % ahead of the searched ones at
     // 128x4096x4096 and 128x4096x11008). Where M fits one 64-row tile (decode: M of 1 to 64),
     // a taller tile only computes zeros: they ranked below every 64-row tiling in all 8 such
-    // autotunes of the H100 runs of commit 7b57724, so only 64-row tilings are tried.
+    // autotunes of the H100 runs of commit 7b57724, so only 64-row tilings are tried; and
+    // 192-row tiles only where M > 128 (over fewer rows a third or more of the tile is zeros).
     const GemmProblem g = gemm_problem(req.spec);
     struct Tiling {
       int bm, bn, warps, stages;

@@ -777,8 +777,9 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
     const char* field;
     const char* says;
   };
-  for (const ParamCase& c : {ParamCase{"block_k", 32, "/params/block_k", "must be 64"}, ParamCase{"warps", 4, "/params/warps", "8 or 12"},
+  for (const ParamCase& c : {ParamCase{"block_k", 32, "/params/block_k", "must be 64"}, ParamCase{"warps", 4, "/params/warps", "8, 12 or 16"},
                              ParamCase{"warps", 8, "/params/block_n", "accumulators per thread"},
+                             ParamCase{"warps", 16, "/params/block_m", "a multiple of 192"},
                              ParamCase{"stages", 6, "/params/stages", "shared memory"}}) {
     json b = wg;
     b["params"][c.param] = c.value;
