@@ -13,7 +13,10 @@ Phase A, compile time and restarts (MLP block, M = --compile-m, the first dtype)
 Phase B, step time (one process per dtype, sharing the server of phase A): for each model and M,
   the graph compiled without and with kforge kernels in one process, timed interleaved (CUDA
   events around many calls; max-autotune's CUDA graphs replay), each result checked against
-  eager (ATen) in the same dtype.
+  eager (ATen) in the same dtype. --control adds a third variant, the graph without kforge
+  compiled again with every cache off (an A/A control of the measure's noise); --profile lists
+  each variant's GPU kernels per step. A case in which Dynamo compiled a graph while the
+  variants were timed is reported NOT VALID.
 
 Models: the MLP block gelu_tanh(x @ W1 + b1) @ W2 + b2, and a Llama-style layer's projections
 (F.linear without bias: q, k, v, o 4096x4096; gate, up 4096 -> 11008 with silu(gate) * up;

@@ -384,6 +384,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       return waves * t.bm * t.bn / t.efficiency;
     };
     const bool compute_bound = tile_count(g, 128, 256) >= kSms;
+    // A tile taller than M needs: over M <= 64 anything past 64 rows, over M <= 128 the
+    // 192-row tile, computes mostly zeros (see above).
+    auto too_tall = [&](const Tiling& t) { return (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192); };
     double best = std::numeric_limits<double>::max();
     for (const Tiling& t : kTilings) best = std::min(best, estimate(t));  // the whole tiles' best prunes them
     std::vector<std::pair<double, json>> tails;
@@ -403,7 +406,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         tailed["tail_split"] = 1;
         tails.push_back({e, std::move(tailed)});
       }
-      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192)) continue;
+      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || too_tall(t)) continue;
       out.push_back(std::move(c));
     }
     std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -419,7 +422,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     double best_split = best;  // the best of the whole tiles and their splits (64x128's too): what swap_ab must beat
     for (const Tiling& t : kTilings) {
       const int split = split_to_fill(g, tile_count(g, t.bm, t.bn), kSms * 2 / 3);
-      if (t.cluster_m > 1 || split < 2 || (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192)) continue;
+      if (t.cluster_m > 1 || split < 2 || too_tall(t)) continue;
       const double e = estimate_split(t, split);
       best_split = std::min(best_split, e);
       if (!split_tiles.insert({t.bm, t.bn}).second) continue;
