@@ -25,7 +25,7 @@ using nlohmann::json;
 // contiguous dimension is K. No stride is 0: a dimension of size 1 gets a packed stride.
 // `packed`: the operand's own strides or offset are not the 16-byte multiples TMA needs (a
 // row of an odd length, say), so the kernel first copies it into the workspace with rows of
-// `outer_stride` (its length rounded up to 8 elements) and maps that copy; src_* are the
+// `outer_stride` (its length rounded up to 64 elements) and maps that copy; src_* are the
 // operand's own strides, which the copy reads.
 struct TmaOperand {
   bool kmajor = true;
@@ -109,8 +109,8 @@ std::optional<TmaOperand> tma_operand(const GemmProblem& p, int operand, std::st
     t.packed = true;
     t.src_outer_stride = t.outer_stride;
     t.src_batch_stride = t.batch == 1 ? 0 : s_b;
-    t.outer_stride = round_up(t.inner);
-    t.batch_stride = round_up(t.outer_stride * t.outer);
+    t.outer_stride = (t.inner + 63) / 64 * 64;  // rows on 128 bytes, which TMA reads fastest (default_choices)
+    t.batch_stride = t.outer_stride * t.outer;
   }
   // TMA coordinates are 32-bit signed, and a tile may start 256 past the last row.
   constexpr int64_t kMaxStrideBytes = int64_t(1) << 40, kMaxDim = (int64_t(1) << 31) - 256;
@@ -346,7 +346,8 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // more behind the best are not tried (at 4096^3 that leaves 7 of 14 with the tail-split
     // ones, as many as a cold autotune times in 15 s). Only these problems
     // try 128x256 in clusters of two, which move a third less through L2 and won the wide
-    // LLM projections but lose a little where tiles are few. Smaller problems are memory-
+    // LLM projections but lose a little where tiles are few (unless B's rows are off 128
+    // bytes: below). Smaller problems are memory-
     // or latency-bound, where the model ranks badly (128x64 won 128x4096x4096), so they
     // try every tiling without clusters, 64x64 tiles too (2-3 % ahead of the searched ones at
     // 128x4096x4096 and 128x4096x11008). Where M fits one 64-row tile (decode: M of 1 to 64),
@@ -362,15 +363,27 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     static const std::vector<Tiling> kTilings = {{128, 256, 12, 4, 1.0}, {128, 256, 12, 3, 1.0}, {256, 128, 12, 4, 1.0}, {128, 128, 12, 6, 0.9},
                                                  {128, 128, 8, 6, 0.68}, {128, 192, 12, 5, 0.95}, {192, 192, 16, 4, 0.975}, {192, 128, 16, 5, 0.93},
                                                  {64, 256, 8, 5, 0.65}, {64, 128, 8, 8, 0.7}, {128, 64, 12, 8, 0.7}, {64, 64, 8, 8, 0.5},
-                                                 {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}};
+                                                 {128, 256, 12, 4, 1.0, 2}, {128, 256, 12, 3, 1.0, 2}, {192, 192, 16, 4, 0.975, 2}};
+    // Rows of an operand that do not start on 128 bytes (a leading dimension off 64 elements:
+    // 2600 or 2792 columns of B) cost a TMA box row two L2 requests instead of one, and a tile
+    // that asks for more than 512 a K slice waits on them: on the H100, 1212x2600x6888's
+    // 128x256 tiles took 0.1228 ms against 0.0732 at 1212x2600x6912 (A's rows aligned, 256x128)
+    // and 6401x2792x1040's 192x192 0.0836. A cluster of two reads B once for both blocks
+    // (multicast), halving its requests: 0.0891 and 0.0687 ms, 0.96x and 0.93x cuBLAS (0.74x
+    // and 0.86x before; cuBLAS runs clusters of two there). The estimate scales a tile's work by
+    // its requests over 512 where they are more; aligned rows never reach it (128x256: 384).
+    const auto ta = tma_operand(g, 0), tb = tma_operand(g, 1);
+    auto off_128 = [](const std::optional<TmaOperand>& t) { return t && t->outer > 1 && t->outer_stride * 2 % 128 != 0; };
+    const bool a_off = off_128(ta), b_off = off_128(tb);
+    auto requests = [&](const Tiling& t) { return std::max(1.0, (t.bm * (a_off ? 2.0 : 1.0) + t.bn * (b_off ? 2.0 : 1.0) / t.cluster_m) / 512); };
     auto estimate = [&](const Tiling& t) {
-      return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency;
+      return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency * requests(t);
     };
     // K split so that fewer tiles than SMs fill them: the split's waves of a split's work, and
     // 10 % for the partial sums and adding them up.
     auto estimate_split = [&](const Tiling& t, int split) {
       const int64_t units = tile_count(g, t.bm, t.bn) * split;
-      return 1.1 * double((units + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency / split;
+      return 1.1 * double((units + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency * requests(t) / split;
     };
     // With tail_split the last, partial wave's tiles are parts of K in as many waves as
     // cuda_tail_parts() counts, plus 0.4 of a whole tile's time for storing the partial sums
@@ -381,14 +394,23 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       const int64_t tiles = tile_count(g, t.bm, t.bn), tail = tiles % kSms, parts = cuda_tail_parts(tail, kSms, (g.K + 63) / 64);
       if (parts == 1) return estimate(t);
       const double waves = double(tiles / kSms) + double((tail * parts + kSms - 1) / kSms) / double(parts) + 0.4;
-      return waves * t.bm * t.bn / t.efficiency;
+      return waves * t.bm * t.bn / t.efficiency * requests(t);
     };
     const bool compute_bound = tile_count(g, 128, 256) >= kSms;
     // A tile taller than M needs: over M <= 64 anything past 64 rows, over M <= 128 the
     // 192-row tile, computes mostly zeros (see above).
     auto too_tall = [&](const Tiling& t) { return (g.M <= 64 && t.bm > 64) || (g.M <= 128 && t.bm == 192); };
+    // Clusters of two where the problem is compute-bound (128x256; 192x192 where B's rows are
+    // off 128 bytes, as above), or where they are and the tiles fill half the SMs in two rows or more.
+    auto clusters_pay = [&](const Tiling& t) {
+      if (t.cluster_m == 1) return true;
+      if (compute_bound) return t.bm != 192 || b_off;
+      return b_off && !too_tall(t) && tile_count(g, t.bm, t.bn) >= kSms / 2 && (g.M + t.bm - 1) / t.bm >= 2;
+    };
     double best = std::numeric_limits<double>::max();
-    for (const Tiling& t : kTilings) best = std::min(best, estimate(t));  // the whole tiles' best prunes them
+    for (const Tiling& t : kTilings) {
+      if (clusters_pay(t)) best = std::min(best, estimate(t));  // the whole tiles' best prunes them
+    }
     std::vector<std::pair<double, json>> tails;
     for (const Tiling& t : kTilings) {
       json c = {{"block_m", t.bm}, {"block_n", t.bn}, {"block_k", 64}, {"warps", t.warps}, {"stages", t.stages}, {"split_k", 1},
@@ -406,7 +428,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         tailed["tail_split"] = 1;
         tails.push_back({e, std::move(tailed)});
       }
-      if (compute_bound ? estimate(t) > 1.15 * best : t.cluster_m > 1 || too_tall(t)) continue;
+      if (!clusters_pay(t) || (compute_bound ? estimate(t) > 1.15 * best : too_tall(t))) continue;
       out.push_back(std::move(c));
     }
     std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -441,7 +463,6 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // 4), with K split where the clusters' blocks fill less than two thirds of the SMs. Ranked
     // by the bytes they move from L2 over the share of the SMs they keep busy, the three best.
     if (!compute_bound && g.batch == 1) {
-      const auto tb = tma_operand(g, 1);
       std::vector<std::pair<double, json>> clusters;
       std::set<std::pair<int, int>> seen;
       for (const Tiling& t : kTilings) {
@@ -485,7 +506,8 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
           const double efficiency = scale * (bn >= 256 ? 1.0 : bn >= 192 ? 0.95 : bn >= 128 ? 0.9 : bn >= 64 ? 0.8 : 0.6);
           const int64_t tiles = tile_count(w, bm, bn);
           const int split = split_to_fill(w, tiles, kSms * 2 / 3);
-          const double e = (split > 1 ? 1.1 : 1.0) * double((tiles * split + kSms - 1) / kSms) * bm * bn / efficiency / split;
+          const double requests = std::max(1.0, (bm * (b_off ? 2.0 : 1.0) + bn * (a_off ? 2.0 : 1.0)) / 512);  // B's rows tile N here
+          const double e = (split > 1 ? 1.1 : 1.0) * double((tiles * split + kSms - 1) / kSms) * bm * bn / efficiency * requests / split;
           int stages = 8;
           while (stages > 2 && wgmma_smem_bytes(bm, bn, stages, warps / 4 - 1) > cuda_smem_limit("sm_90a")) --stages;
           if (e < 0.97 * best_split) {

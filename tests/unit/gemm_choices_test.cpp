@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/templates/gemm_backend.hpp"
 #include "core/templates/template.hpp"
@@ -147,7 +148,7 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
 // An operand whose strides TMA cannot take (a row of an odd length: K = 6849) is copied into
 // the workspace, rows padded to 8 elements, and the wgmma kernel maps the copy: such shapes
 // get the wgmma search, not the mma_sync kernel (0.11x cuBLAS at 65x2560x6849 on the H100).
-// The workspace is the copy's bytes, 256-byte aligned, after the partial sums (batched here:
+// The workspace is the copy's bytes (rows padded to 64 elements), 256-byte aligned, after the partial sums (batched here:
 // with one batch the copy's size follows M, which the kernel then takes at run time, and the
 // workspace query says it); an operand with no unit stride is still refused.
 TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
@@ -160,12 +161,12 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
   ASSERT_TRUE(k) << k.error().message;
   EXPECT_NE(k->source.find("constexpr bool A_PACKED = true, B_PACKED = false;"), std::string::npos);
   ASSERT_TRUE(k->abi.workspace_bytes);
-  EXPECT_EQ(*k->abi.workspace_bytes, (2u * 65 * 6856 * 2 + 255) / 256 * 256);  // rows of 6849 padded to 6856
+  EXPECT_EQ(*k->abi.workspace_bytes, 2u * 65 * 6912 * 2);  // rows of 6849 padded to 6912 (128 bytes)
   // Split two ways: the partial sums first (65 x 2560 floats each), then the copy.
   r.spec.params["split_k"] = 2;
   const auto split = gemm->render(r, false);
   ASSERT_TRUE(split);
-  EXPECT_EQ(*split->abi.workspace_bytes, (2u * 2 * 65 * 2560 * 4 + 255) / 256 * 256 + (2u * 65 * 6856 * 2 + 255) / 256 * 256);
+  EXPECT_EQ(*split->abi.workspace_bytes, (2u * 2 * 65 * 2560 * 4 + 255) / 256 * 256 + 2u * 65 * 6912 * 2);
   // B with N odd (4097): B and C rows are odd; B is copied, C stored without TMA.
   r.spec.inputs[1] = matrix("B", 2, 6849, 4097);
   r.spec.output = matrix("C", 2, 65, 4097);
@@ -178,6 +179,27 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
   const auto refused = gemm->check(r);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("B cannot be loaded by TMA"), std::string::npos) << refused.error().message;
+}
+
+// B's rows off 128 bytes (N = 2600 or 2792) cost its TMA rows two L2 requests each: the search
+// adds clusters of two, which read B once for both blocks (0.74x and 0.86x cuBLAS on the H100
+// before, 0.96x and 0.93x with them), and the model puts tiles that ask for more than 512
+// requests a K slice behind. A's rows off 128 bytes alone add no cluster.
+TEST(GemmChoices, RowsOff128BytesTryClustersThatReadBOnce) {
+  // 110 tiles of 128x256 (10 rows), 98 of 192x192: fewer than the SMs, more than half.
+  const auto single_wave = hopper_choices(1, 1212, 2600, 6888);
+  EXPECT_EQ(single_wave.count("128x256/1c2"), 2u) << ::testing::PrintToString(single_wave);
+  EXPECT_EQ(single_wave.count("192x192/1c2"), 1u) << ::testing::PrintToString(single_wave);
+  // Compute-bound, A and B off: 128x256 alone (1.5x the requests) is pruned, in pairs it is not.
+  const auto short_k = hopper_choices(1, 6401, 2792, 1040);
+  // 561 tiles of 128x256 or 510 of 192x192 (the H100's best there, 0.0687 ms in pairs); 128x128's
+  // 1122 ask for 512.
+  EXPECT_EQ(short_k, (std::multiset<std::string>{"128x256/1c2", "128x256/1c2", "192x192/1c2", "128x128/1"}));
+  // Aligned rows of B: no cluster where the tiles do not fill the SMs, and 192x192 not in pairs.
+  for (auto [m, n, k] : {std::tuple{1212, 2624, 6888}, std::tuple{1216, 2560, 6912}}) {
+    for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_EQ(c.find("c2"), std::string::npos) << m << "x" << n << "x" << k << " " << c;
+  }
+  for (const std::string& c : hopper_choices(1, 3072, 3072, 3072)) EXPECT_EQ(c.find("c2"), std::string::npos) << c;
 }
 
 // swap_ab (C^T = B^T A^T) tiles M along wgmma's N in steps of 8: 258 rows in two tiles of 136,

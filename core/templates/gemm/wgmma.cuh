@@ -141,7 +141,7 @@ __host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident) {
   return r;
 }
 // An operand whose own strides or offset TMA cannot take is copied into the workspace first
-// (gemm_cuda.cpp's TmaOperand::packed), rows padded to 8 elements; the maps read the copy.
+// (gemm_cuda.cpp's TmaOperand::packed), rows padded to 64 elements (128 bytes); the maps read the copy.
 constexpr bool A_PACKED = $a_packed$, B_PACKED = $b_packed$;
 constexpr size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 // split-K's partial sums: SPLITS float slices of [batch][M][N]; the tail split's: a tile per slot.
