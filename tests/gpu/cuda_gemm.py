@@ -647,6 +647,11 @@ def main():
             report(f"wgmma {dtype} 192-row swap_ab 192x176 add+gelu 513x7736x2560", run_case, url=url, workdir=work, dtype=dtype,
                    M=513, N=7736, K=2560, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
                    extra=[("bias", torch.randn(7736, device="cuda", dtype=torch.float32))], params=dict(t3, block_n=176, swap_ab=1))
+            # B's rows off 128 bytes, where the search pairs 192x192 tiles (one B read for both):
+            # N = 2600, 7 tile rows (the last pair's second past M); bf16 with a K-major B (K = 1000: its rows off too).
+            kb = dtype == "bfloat16"
+            report(f"wgmma {dtype} N{'NT'[kb]} 192-row 192x192 cluster_m 2 B rows off 128 bytes 1212x2600x1000", run_case, url=url,
+                   workdir=work, dtype=dtype, M=1212, N=2600, K=1000, ta=False, tb=kb, arch="sm_90a", params=dict(t3, cluster_m=2))
         report("wgmma bfloat16 192-row runtime M 192x192", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16", params=t3,
                M0=577, Ms=[1, 192, 193, 2049], N=392, K=800, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
         # M as an argument: one kernel for every M (ragged, smaller and larger than the one it
