@@ -375,7 +375,10 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     const auto ta = tma_operand(g, 0), tb = tma_operand(g, 1);
     auto off_128 = [](const std::optional<TmaOperand>& t) { return t && t->outer > 1 && t->outer_stride * 2 % 128 != 0; };
     const bool a_off = off_128(ta), b_off = off_128(tb);
-    auto requests = [&](const Tiling& t) { return std::max(1.0, (t.bm * (a_off ? 2.0 : 1.0) + t.bn * (b_off ? 2.0 : 1.0) / t.cluster_m) / 512); };
+    auto requests_of = [&](int a_rows, int b_rows, int cluster) {
+      return std::max(1.0, (a_rows * (a_off ? 2.0 : 1.0) + b_rows * (b_off ? 2.0 : 1.0) / cluster) / 512);
+    };
+    auto requests = [&](const Tiling& t) { return requests_of(t.bm, t.bn, t.cluster_m); };
     auto estimate = [&](const Tiling& t) {
       return double((tile_count(g, t.bm, t.bn) + kSms - 1) / kSms) * t.bm * t.bn / t.efficiency * requests(t);
     };
@@ -506,7 +509,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
           const double efficiency = scale * (bn >= 256 ? 1.0 : bn >= 192 ? 0.95 : bn >= 128 ? 0.9 : bn >= 64 ? 0.8 : 0.6);
           const int64_t tiles = tile_count(w, bm, bn);
           const int split = split_to_fill(w, tiles, kSms * 2 / 3);
-          const double requests = std::max(1.0, (bm * (b_off ? 2.0 : 1.0) + bn * (a_off ? 2.0 : 1.0)) / 512);  // B's rows tile N here
+          const double requests = requests_of(bn, bm, 1);  // swapped: a tile's rows are B's, its columns A's
           const double e = (split > 1 ? 1.1 : 1.0) * double((tiles * split + kSms - 1) / kSms) * bm * bn / efficiency * requests / split;
           int stages = 8;
           while (stages > 2 && wgmma_smem_bytes(bm, bn, stages, warps / 4 - 1) > cuda_smem_limit("sm_90a")) --stages;
