@@ -73,10 +73,11 @@ int64_t cuda_smem_limit(const std::string& arch) {
   return 64 * 1024;
 }
 
-// The parts the Hopper kernel cuts K into for `split_k` (the splits left with K slices to do:
-// 64-deep slices shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1).
-int wgmma_splits(const GemmProblem& p, int split_k) {
-  const int64_t slices = std::max<int64_t>(1, (p.K + 63) / 64), per = (slices + split_k - 1) / split_k;
+// The parts a kernel cuts K into for `split_k` (the splits left with K slices to do: slices of
+// `depth` shared out evenly, so 5 slices asked to split 4 ways make 3 parts of 2 and 1). The
+// Hopper kernel's slices are 64 deep, mma_sync's block_k.
+int k_splits(const GemmProblem& p, int split_k, int depth = 64) {
+  const int64_t slices = std::max<int64_t>(1, (p.K + depth - 1) / depth), per = (slices + split_k - 1) / split_k;
   return int((slices + per - 1) / per);
 }
 
@@ -304,8 +305,8 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
            "consumer warpgroups: 16 with 192-row tiles, three of 64 rows)"},
           {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
           {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
-           "wgmma only: parts K is cut into, each a unit of work whose float partial sums a second kernel adds up "
-           "(workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
+           "16-bit types (wgmma and mma_sync): parts K is cut into, each a unit of work whose float partial sums a second "
+           "kernel adds up (workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
           {"tail_split", "int", ints({0, 1}), 0,
            "wgmma only: 1 cuts the tiles of a partial last wave of resident blocks into parts of K, as many as the idle SMs "
            "take (32 tiles past two waves of 132: 4 parts each), whose float partial sums a second kernel adds up "
@@ -531,6 +532,21 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         out.push_back({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", s}, {"cluster_m", 1}, {"mma", "wgmma"}});
       }
     }
+    // An operand TMA cannot take (a row of an odd length) is copied whole on every call before
+    // the wgmma kernel reads it: where the problem is memory-bound that pass costs as much as the
+    // gemm (1x5121x20480: 0.2483 ms against cuBLAS's 0.1209 on the H100, B's 210 MB read, written
+    // and read again). The mma_sync kernel reads it in place, a row that does not start on 16
+    // bytes as two aligned vectors shifted into place, its tiles in K parts enough for about four
+    // blocks an SM (at most 8 parts, 4 K tiles each at least): block_k 32 in 3 stages and 64 in 2.
+    if (!compute_bound && (ta->packed || tb->packed)) {
+      const int bm = g.M <= 32 ? 32 : g.M <= 64 ? 64 : 128;
+      const int64_t blocks = g.batch * ((g.M + bm - 1) / bm) * ((g.N + 127) / 128);
+      for (auto [bk, stages] : {std::pair{32, 3}, std::pair{64, 2}}) {
+        int parts = int(std::clamp<int64_t>((4 * kSms + blocks - 1) / blocks, 1, 8));
+        while (parts > 1 && (g.K + bk - 1) / bk / parts < 4) --parts;
+        out.push_back({{"block_m", bm}, {"block_n", 128}, {"block_k", bk}, {"warps", 4}, {"stages", stages}, {"split_k", parts}, {"mma", "mma_sync"}});
+      }
+    }
     return out;
   }
   for (auto [bm, bn, bk, w, s] : std::vector<std::tuple<int, int, int, int, int>>{
@@ -568,7 +584,7 @@ void CudaGemm::choose_params(TemplateRequest& req, const GemmProblem& g) const {
 void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p) const {
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
-  if (q["split_k"] != 1) p.add("/params/split_k", "split_k is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q["split_k"] != 1 && g.ab == Dtype::kFloat32) p.add("/params/split_k", "split_k is the tensor-core kernels' (16-bit types); float32 takes 1");
   if (q.value("tail_split", 0) != 0) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
@@ -607,6 +623,12 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   }
   const int threads = warps * 32;
   if ((bm * bk / 8) % threads != 0 && bm * bk / 8 < threads) p.add("/params/block_k", "the A tile is too small for the block's threads to load");
+  const int64_t slices = (g.K + bk - 1) / bk;
+  if (const int split_k = q["split_k"]; split_k > slices) {
+    p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
+                                 " slices of block_k " + std::to_string(bk) + ") into parts with nothing to do: it must be at most " +
+                                 std::to_string(slices));
+  }
 }
 
 // Where no stride depends on M: 16-bit operands (the tensor-core kernels and their reference),
@@ -666,14 +688,17 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
   if (p.ab == Dtype::kFloat32) {
     src << s.apply(simt.section("simt"));
   } else if (!wgmma) {
+    const int split_k = k_splits(w, q["split_k"].get<int>(), q["block_k"].get<int>());
+    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(w.batch * w.M * w.N) * 4 : 0;  // mma_sync.cuh's workspace_bytes()
+    s.set("mma_split_k", split_k);
     src << s.apply(mma_sync.section("kernel")) << s.apply(mma_sync.section("entry"));
   } else {
     // The mma_sync kernel, at a tiling valid on every sm_80+ part, serves misaligned views.
     Subst fallback = s;
-    fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3);
+    fallback.set("bm", 128).set("bn", 128).set("bk", 32).set("warps", 4).set("stages", 3).set("mma_split_k", 1);
     const auto ta = tma_operand(w, 0), tb = tma_operand(w, 1);  // present: check() required both
     const int warps = q["warps"].get<int>();
-    const int split_k = wgmma_splits(w, q["split_k"].get<int>()), tail_split = q.value("tail_split", 0);
+    const int split_k = k_splits(w, q["split_k"].get<int>()), tail_split = q.value("tail_split", 0);
     // wgmma.cuh's workspace_bytes(): the partial sums, then the packed operands' copies, at the request's M.
     workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(w.batch * w.M * w.N) * 4 : 0;
     if (tail_split > 0) workspace_bytes = uint64_t(kTailSlots) * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;

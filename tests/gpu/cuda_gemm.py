@@ -547,6 +547,26 @@ def main():
         report("wgmma float16 cluster_m 2 split_k 3 200x392x800", run_case, url=url, workdir=work, dtype="float16",
                M=200, N=392, K=800, ta=False, tb=False, arch="sm_90a",
                params={**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8, "split_k": 3})
+        # mma_sync with K split (float partial sums added up by splitk_reduce), reading rows that
+        # do not start on 16 bytes in place (two aligned vectors shifted): the search's choice
+        # where an operand would be copied for TMA and the problem is memory-bound. B with N odd
+        # and an epilogue, the decode gemv, an M-major A with M odd, a K-major B with K odd in a
+        # batch, and M at run time (the workspace grows with M).
+        ms = {"block_m": 64, "block_n": 128, "block_k": 32, "warps": 4, "stages": 3, "split_k": 4, "mma": "mma_sync"}
+        for dtype in ("float16", "bfloat16"):
+            report(f"mma_sync split_k 4 {dtype} B rows off 16 bytes add+gelu 65x6145x2150", run_case, url=url, workdir=work,
+                   dtype=dtype, M=65, N=6145, K=2150, ta=False, tb=False, arch="sm_90a", params=ms,
+                   ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
+                   extra=[("bias", torch.randn(6145, device="cuda", dtype=torch.float32))])
+        report("mma_sync split_k 8 float16 gemv 1x5121x20480", run_case, url=url, workdir=work, dtype="float16", M=1, N=5121,
+               K=20480, ta=False, tb=False, arch="sm_90a", params=dict(ms, block_m=32, block_k=64, stages=2, split_k=8))
+        report("mma_sync split_k 3 bfloat16 TN (A's rows of 257) 257x1000x777", run_case, url=url, workdir=work, dtype="bfloat16",
+               M=257, N=1000, K=777, ta=True, tb=False, arch="sm_90a", params=dict(ms, split_k=3))
+        report("mma_sync split_k 2 float16 NT (B's rows of 777) batched 3x 65x1001x777", run_case, url=url, workdir=work,
+               dtype="float16", M=65, N=1001, K=777, ta=False, tb=True, batch=3, arch="sm_80", params=dict(ms, split_k=2))
+        report("mma_sync split_k 4 float16 runtime M (N odd)", run_case_runtime_m, url=url, workdir=work, dtype="float16",
+               params=ms, M0=65, Ms=[1, 64, 300, 2049], N=2561, K=1000,
+               ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
         # Operands whose strides TMA cannot take (a row of an odd length), copied into the
         # workspace first: A with K odd (its rows), B with N odd (and so C, stored without TMA),
         # an M-major A with M odd, a K-major B with K odd, both at once in a batch whose batch

@@ -791,15 +791,21 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   shallow["arch"] = "sm_90a";
   shallow["params"] = {{"mma", "wgmma"}, {"split_k", 8}};
   bad(shallow, "/params/split_k", "at most 4");
-  json sync_split = req;
+  json sync_split = req;  // mma_sync splits K too, in slices of its block_k
   sync_split["params"] = {{"mma", "mma_sync"}, {"split_k", 2}};
-  bad(sync_split, "/params/split_k", "wgmma");
+  EXPECT_EQ(post_json(*server_, "/render", sync_split.dump()).status, 200);
+  json sync_shallow = shallow;
+  sync_shallow["params"] = {{"mma", "mma_sync"}, {"block_k", 64}, {"split_k", 8}};
+  bad(sync_shallow, "/params/split_k", "at most 4");
   json sync_cluster = req;
   sync_cluster["params"] = {{"mma", "mma_sync"}, {"cluster_m", 2}};
   bad(sync_cluster, "/params/cluster_m", "wgmma");
   json f32 = wg;
   f32["inputs"][0]["dtype"] = f32["inputs"][1]["dtype"] = f32["output"]["dtype"] = "float32";
   bad(f32, "/params/mma", "float16 or bfloat16");
+  json f32_split = f32;
+  f32_split["params"] = {{"split_k", 2}};
+  bad(f32_split, "/params/split_k", "float32 takes 1");
   // A leading dimension TMA cannot take (516: not a multiple of 8) is copied into the workspace
   // first; an operand with no unit stride at all cannot be loaded even so.
   json unaligned = wg;

@@ -41,11 +41,16 @@ TemplateRequest hopper_request(int64_t batch, int64_t M, int64_t N, int64_t K) {
 }
 
 // "bm x bn / split", "c2" for a cluster of two and "T" for swap_ab (C^T = B^T A^T: bn tiles M), for
-// each choice, all of them wgmma.
+// each choice; an mma_sync one (only where an operand is copied) as "ms bm x bn x bk / split".
 std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
   const TemplateRequest r = hopper_request(batch, M, N, K);
   std::multiset<std::string> out;
   for (const auto& c : Registry::builtin().find("gemm")->default_choices(r)) {
+    if (c.value("mma", "") == "mma_sync") {
+      out.insert("ms " + std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "x" +
+                 std::to_string(c["block_k"].get<int>()) + "/" + std::to_string(c["split_k"].get<int>()));
+      continue;
+    }
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
                std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) > 1 ? "c" + std::to_string(c["cluster_m"].get<int>()) : "") +
@@ -154,7 +159,17 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
 TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
   TemplateRequest r = hopper_request(2, 65, 2560, 6849);
   const Template* gemm = Registry::builtin().find("gemm");
-  for (const auto& c : gemm->default_choices(r)) EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
+  // Memory-bound with a copied operand: the mma_sync kernel, which reads it in place, is tried
+  // too, K split for about four blocks an SM (40 blocks of 128x128: 8 parts at most).
+  const auto choices = hopper_choices(2, 65, 2560, 6849);
+  for (const char* c : {"ms 128x128x32/8", "ms 128x128x64/8"}) EXPECT_EQ(choices.count(c), 1u) << c << ::testing::PrintToString(choices);
+  // 1x5121x20480 (N odd: B's 210 MB copied every call): 32-row tiles, 41 of them, in 8 parts.
+  const auto gemv = hopper_choices(1, 1, 5121, 20480);
+  for (const char* c : {"ms 32x128x32/8", "ms 32x128x64/8"}) EXPECT_EQ(gemv.count(c), 1u) << c << ::testing::PrintToString(gemv);
+  // Aligned operands, or a compute-bound problem, get none.
+  for (auto [m, n, k] : {std::tuple{65, 2560, 6848}, std::tuple{4096, 4097, 4096}}) {
+    for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_FALSE(c.starts_with("ms")) << m << "x" << n << "x" << k << " " << c;
+  }
   r.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", 1}, {"mma", "wgmma"}};
   ASSERT_TRUE(gemm->check(r));
   const auto k = gemm->render(r, false);

@@ -2,8 +2,12 @@
 // misaligned views): mma.sync.m16n8k16 tensor-core tiles fed by ldmatrix from padded shared
 // memory, a `stages`-deep cp.async pipeline, and a shared-memory layout per operand chosen
 // from its strides (K-major tiles load with ldmatrix, M- or N-major tiles with ldmatrix.trans),
-// so row- and column-major operands both stream 16-byte vectors. Chunks that straddle an edge,
-// unaligned bases and non-unit strides fall back to element loads. Rendered by
+// so row- and column-major operands both stream 16-byte vectors. A chunk of a row that does
+// not start on 16 bytes (a row of an odd length) is read as the two aligned vectors around it
+// and shifted into place; chunks that straddle an edge and non-unit strides fall back to
+// element loads. With `split_k` > 1 each block sums its part of K's tiles into float partial
+// sums in the workspace, and splitk_reduce adds them up and applies the epilogue (the wgmma
+// kernel's K split takes the same kernel). Rendered by
 // gemm_cuda.cpp after the prelude, the problem's constants, T, TC and kf_epilogue: section
 // `kernel` (namespace tc), then `entry`, which a wgmma kernel replaces with its own.
 //
@@ -26,6 +30,7 @@ using TC = half;
 #define $bk$ 32
 #define $warps$ 4
 #define $stages$ 3
+#define $mma_split_k$ 1
 #define $a_mmajor$ false
 #define $b_kmajor$ false
 #define $a_vec$ true
@@ -41,6 +46,8 @@ using TC = half;
 
 namespace tc {
 constexpr int BM = $bm$, BN = $bn$, BK = $bk$, WARPS = $warps$, STAGES = $stages$;
+constexpr int64_t KTILES = (kK + BK - 1) / BK;
+constexpr int64_t KPS = (KTILES + $mma_split_k$ - 1) / $mma_split_k$, SPLITS = (KTILES + KPS - 1) / KPS;  // K tiles a split; splits with work
 constexpr int THREADS = WARPS * 32;
 constexpr int WM = WARPS >= 4 ? 2 : 1, WN = WARPS / WM;
 constexpr int WTM = BM / WM, WTN = BN / WN;
@@ -61,6 +68,28 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+// 8 consecutive elements at any 2-byte aligned address, as the two aligned 16-byte vectors
+// around them shifted into place (one where the address is aligned): a row of an odd length
+// streams at vector width instead of element by element. The second vector starts before
+// the chunk's end, so it lies in the 16-byte block of an element that is read anyway.
+__device__ __forceinline__ uint4 load_unaligned8(const T* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p), base = at & ~uintptr_t(15);
+  const uint4 lo = __ldg(reinterpret_cast<const uint4*>(base));
+  if (at == base) return lo;
+  const uint4 hi = __ldg(reinterpret_cast<const uint4*>(base) + 1);
+  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int words = int(at - base) / 4;                   // whole 32-bit words to skip: 0 to 3
+  const uint32_t shift = (at - base) % 4 != 0 ? 16 : 0;   // and half a word more
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t a = words == 0 ? w[i] : words == 1 ? w[i + 1] : words == 2 ? w[i + 2] : w[i + 3];
+    const uint32_t b = words == 0 ? w[i + 1] : words == 1 ? w[i + 2] : words == 2 ? w[i + 3] : w[i + 4];
+    out[i] = __funnelshift_r(a, b, shift);
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 // Copies the [rows][cols] tile at (row0, col0) of a strided operand into shared memory.
 template <int ROWS, int COLS, bool VEC>
 __device__ __forceinline__ void load_tile(T* __restrict__ s, const T* __restrict__ g, int64_t row0, int64_t nrows,
@@ -72,6 +101,8 @@ __device__ __forceinline__ void load_tile(T* __restrict__ s, const T* __restrict
     T* dst = s + r * (COLS + PAD) + cc;
     if (VEC && gr < nrows && gc + 8 <= ncols) {
       cp_async16(dst, g + gr * srow + gc);
+    } else if (!VEC && scol == 1 && gr < nrows && gc + 8 <= ncols) {
+      *reinterpret_cast<uint4*>(dst) = load_unaligned8(g + gr * srow + gc);
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -101,11 +132,13 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 template <bool VEC_A, bool VEC_B>
-__global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
+__global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C,
+                                                   float* __restrict__ W, int64_t M/*$EPPARAMS$*/) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* const As = reinterpret_cast<T*>(smem_raw);
   T* const Bs = As + STAGES * A_TILE;
-  const int64_t b = blockIdx.z;
+  const int64_t b = blockIdx.z / SPLITS, split = blockIdx.z % SPLITS;  // batch, part of K
+  const int64_t kt0 = split * KPS, ktiles = (kt0 + KPS < KTILES ? kt0 + KPS : KTILES) - kt0;
   const int64_t m0 = int64_t(blockIdx.y) * BM, n0 = int64_t(blockIdx.x) * BN;
   const T* Ab = A + offA + b * sAb;
   const T* Bb = B + offB + b * sBb;
@@ -156,10 +189,9 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
     }
   };
 
-  const int64_t ktiles = (kK + BK - 1) / BK;
   if constexpr (STAGES == 1) {
     for (int64_t kt = 0; kt < ktiles; ++kt) {
-      load_stage(0, kt);
+      load_stage(0, kt0 + kt);
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
@@ -169,14 +201,14 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
   } else {
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < ktiles) load_stage(s, s);
+      if (s < ktiles) load_stage(s, kt0 + s);
       cp_async_commit();
     }
     for (int64_t kt = 0; kt < ktiles; ++kt) {
       cp_async_wait<STAGES - 2>();
       __syncthreads();  // tile kt has landed, and everyone is done with tile kt - 1
       const int64_t next = kt + STAGES - 1;
-      if (next < ktiles) load_stage(int(next % STAGES), next);
+      if (next < ktiles) load_stage(int(next % STAGES), kt0 + next);
       cp_async_commit();
       compute_stage(int(kt % STAGES));
     }
@@ -191,29 +223,71 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
       for (int e = 0; e < 4; ++e) {
         const int64_t m = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
         const int64_t n = n0 + wn * WTN + j * 8 + 2 * (lane % 4) + (e % 2);
-        if (m < M && n < kN) kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n/*$EPARGS$*/));
+        if (m >= M || n >= kN) continue;
+        if constexpr (SPLITS > 1) W[((split * kBatch + b) * M + m) * kN + n] = acc[i][j][e];  // splitk_reduce's layout
+        else kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n/*$EPARGS$*/));
       }
 }
 
+// C = epilogue(the sum of the S partial sums [S][batch][M][N] in W), four outputs of a row a
+// thread. The wgmma kernel launches it as the gemm's programmatic dependent (DEPENDENT: it
+// waits for the gemm's end and its writes with griddepcontrol.wait, sm_90 on); mma_sync after it.
+constexpr int64_t ROW_QUADS = (kN + 3) / 4;
+template <int64_t S, bool DEPENDENT>
+__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (DEPENDENT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
+  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
+    const int b = kBatch == 1 ? 0 : int(row / M);
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* w = W + row * kN + n;
+    if (kN % 4 == 0) {
+#pragma unroll
+      for (int64_t s = 0; s < S; ++s) {
+        const float4 x = *reinterpret_cast<const float4*>(w + s * slice);
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      }
+    } else {
+      for (int64_t s = 0; s < S; ++s)
+        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * slice + e];
+    }
+    TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], b, m, n + e/*$EPARGS$*/));
+  }
+}
+
+// The partial sums' bytes for M rows (none without a K split).
+size_t workspace_bytes(int64_t M) { return SPLITS > 1 ? size_t(SPLITS) * size_t(kBatch) * size_t(M) * size_t(kN) * 4 : 0; }
+
 template <bool VEC_A, bool VEC_B>
-cudaError_t launch(const T* A, const T* B, TC* C, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
+cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
   static bool configured = false;  // the attribute is per kernel; set once per process
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(gemm_tc<VEC_A, VEC_B>, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_BYTES);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((M + BM - 1) / BM), unsigned(kBatch));
-  gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, M/*$EPARGS$*/);
+  dim3 grid(unsigned((kN + BN - 1) / BN), unsigned((M + BM - 1) / BM), unsigned(kBatch * SPLITS));
+  gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, W, M/*$EPARGS$*/);
+  if (SPLITS == 1) return cudaGetLastError();
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  const int64_t quads = kBatch * M * ROW_QUADS;
+  splitk_reduce<SPLITS, false><<<unsigned(quads / 256 + 1 < 4096 ? quads / 256 + 1 : 4096), 256, 0, stream>>>(W, C, M/*$EPARGS$*/);
   return cudaGetLastError();
 }
 
 // 16-byte vectors need 16-byte aligned bases as well as the strides checked at render time.
-cudaError_t run(const T* A, const T* B, TC* C, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
+cudaError_t run(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS$*/, cudaStream_t stream) {
+  if (SPLITS > 1 && W == nullptr) return cudaErrorInvalidValue;  // the caller gave no workspace
   const bool va = $a_vec$ && reinterpret_cast<uintptr_t>(A) % 16 == 0;
   const bool vb = $b_vec$ && reinterpret_cast<uintptr_t>(B) % 16 == 0;
-  return va ? (vb ? launch<true, true>(A, B, C, M/*$EPARGS$*/, stream) : launch<true, false>(A, B, C, M/*$EPARGS$*/, stream))
-            : (vb ? launch<false, true>(A, B, C, M/*$EPARGS$*/, stream) : launch<false, false>(A, B, C, M/*$EPARGS$*/, stream));
+  return va ? (vb ? launch<true, true>(A, B, C, W, M/*$EPARGS$*/, stream) : launch<true, false>(A, B, C, W, M/*$EPARGS$*/, stream))
+            : (vb ? launch<false, true>(A, B, C, W, M/*$EPARGS$*/, stream) : launch<false, false>(A, B, C, W, M/*$EPARGS$*/, stream));
 }
 }  // namespace tc
 // @end kernel
@@ -222,7 +296,7 @@ cudaError_t run(const T* A, const T* B, TC* C, int64_t M/*$EPPARAMS$*/, cudaStre
 }  // namespace
 
 extern "C" $DECL$ {
-  if (workspace_size) { *workspace_size = 0; return 0; }
-/*$SHAPE_CHECK$*//*$NULLCHECKS$*/  return tc::run($A$, $B$, $C$, M/*$EPARGS$*/, stream) == cudaSuccess ? 0 : 3;
+  if (workspace_size) { *workspace_size = tc::workspace_bytes(M); return 0; }  // partial sums
+/*$SHAPE_CHECK$*//*$NULLCHECKS$*/  return tc::run($A$, $B$, $C$, reinterpret_cast<float*>(workspace), M/*$EPARGS$*/, stream) == cudaSuccess ? 0 : 3;
 }
 // @end entry

@@ -7,8 +7,8 @@
 //
 // The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
-// epilogue applied) by splitk_reduce. The splits of a tile are adjacent units, so they run at
-// the same time. With TAIL_SPLIT the tiles that fill whole waves of the resident blocks are
+// epilogue applied) by the mma_sync kernel's tc::splitk_reduce. The splits of a tile are
+// adjacent units, so they run at the same time. With TAIL_SPLIT the tiles that fill whole waves of the resident blocks are
 // units of their own, and the rest (the last, partial wave's: 32 tiles past 2 x 132) are cut
 // into PARTS parts of K (rows_of: as many as the idle SMs take, 4 there), so the last wave is
 // 128 quarter tiles, not 32 whole ones. Its units are ordered part by part: the blocks that
@@ -44,9 +44,13 @@
 #include <cuda.h>
 #include <type_traits>
 
-// The mma_sync kernel's entry (mma_sync.cuh), which a rendering puts in front of this kernel.
+// What this kernel takes from the mma_sync kernel (mma_sync.cuh), which a rendering puts in
+// front of it: its entry and the kernel that adds up split-K's partial sums.
 namespace tc {
-cudaError_t run(const half* A, const half* B, half* C, int64_t M, cudaStream_t stream);
+cudaError_t run(const half* A, const half* B, half* C, float* W, int64_t M, cudaStream_t stream);
+constexpr int64_t ROW_QUADS = 64;
+template <int64_t S, bool DEPENDENT>
+__global__ void splitk_reduce(const float* W, half* C, int64_t M) {}
 }  // namespace tc
 
 namespace {
@@ -104,7 +108,7 @@ constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
 constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
-constexpr int64_t TILES_N = (kN + BN - 1) / BN, ROW_QUADS = (kN + 3) / 4;  // splitk_reduce: four outputs of a row a thread
+constexpr int64_t TILES_N = (kN + BN - 1) / BN;
 constexpr int64_t GROUP_M = 8;
 // What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
 // CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
@@ -424,32 +428,6 @@ __global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, 
     if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], tile.b, m, n + e/*$EPARGS$*/));
 }
 
-// C = epilogue(the sum of the SPLITS partials), four outputs of a row per thread.
-__global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
-  wait_for_gemm();
-  const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
-  for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
-    const int b = kBatch == 1 ? 0 : int(row / M);
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* w = W + row * kN + n;
-    if (kN % 4 == 0) {
-#pragma unroll
-      for (int s = 0; s < SPLITS; ++s) {
-        const float4 x = *reinterpret_cast<const float4*>(w + s * slice);
-        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
-      }
-    } else {
-      for (int s = 0; s < SPLITS; ++s)
-        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * slice + e];
-    }
-    TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], b, m, n + e/*$EPARGS$*/));
-  }
-}
-
 // A packed operand's copy: 8 elements (16 bytes) of a row a thread, read one by one from the
 // operand's own strides (any alignment), written whole into rows of d_outer elements; the
 // padding past `inner` is zero (the maps end at `inner`, so nothing reads it).
@@ -748,9 +726,9 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
     return cudaLaunchKernelEx(&reduce, tail_reduce, static_cast<const float*>(W), C, rows/*$EPARGS$*/);
   }
   if (SPLITS == 1) return e;
-  const int64_t quads = kBatch * M * ROW_QUADS;
+  const int64_t quads = kBatch * M * tc::ROW_QUADS;
   reduce.gridDim = dim3(unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms));
-  return cudaLaunchKernelEx(&reduce, splitk_reduce, static_cast<const float*>(W), C, M/*$EPARGS$*/);
+  return cudaLaunchKernelEx(&reduce, tc::splitk_reduce<SPLITS, true>, static_cast<const float*>(W), C, M/*$EPARGS$*/);
 }
 }  // namespace wg
 
@@ -766,7 +744,7 @@ extern "C" $DECL$ {
                        (!wg::STAGED || wg::SPLITS > 1 || reinterpret_cast<uintptr_t>($C$ + offC) % 16 == 0);
   // The M the kernels run: M, or with swap_ab (A and B exchanged, C transposed) the constant N is.
   const cudaError_t e = aligned ? wg::launch($A$, $B$, $C$, reinterpret_cast<float*>(workspace), $run_m$/*$EPARGS$*/, stream)
-                                : tc::run($A$, $B$, $C$, $run_m$/*$EPARGS$*/, stream);
+                                : tc::run($A$, $B$, $C$, nullptr, $run_m$/*$EPARGS$*/, stream);
   return e == cudaSuccess ? 0 : 3;
 }
 // @end wgmma
