@@ -144,6 +144,15 @@ std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size
 // columns) compile and 104 did not ("insufficient registers").
 int wgmma_accumulator_limit(int consumers) { return consumers == 3 ? 96 : 128; }
 
+// A K split into more parts than K has slices of `depth` (`slices_of` names them) leaves
+// parts with nothing to do.
+void check_split_k(const GemmProblem& g, int split_k, int depth, const std::string& slices_of, Problems& p) {
+  if (const int64_t slices = (g.K + depth - 1) / depth; split_k > slices) {
+    p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
+                                 " slices of " + slices_of + ") into parts with nothing to do: it must be at most " + std::to_string(slices));
+  }
+}
+
 // The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
 // 64-deep K slices that one producer thread loads with TMA into 128-byte-swizzled shared
 // memory, `stages` deep.
@@ -185,11 +194,7 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
     p.add("/params/stages", std::to_string(stages) + " stages of " + std::to_string(bm) + "x" + std::to_string(bn) + "x64 tiles need " + std::to_string(smem) +
                                 " bytes of shared memory; sm_90a has " + std::to_string(cuda_smem_limit("sm_90a")));
   }
-  const int64_t slices = (g.K + 63) / 64;
-  if (const int split_k = q["split_k"]; split_k > slices) {
-    p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
-                                 " slices of 64) into parts with nothing to do: it must be at most " + std::to_string(slices));
-  }
+  check_split_k(g, q["split_k"], 64, "64", p);
   if (const int c = q["cluster_m"]; c > 1) {
     const auto tb = tma_operand(g, 1);
     if (tb && tb->kmajor && (bn % c != 0 || bn / c % 8 != 0)) {
@@ -214,13 +219,13 @@ constexpr int64_t kTailSlots = 320, kTailMaxParts = 8;
 // Output tiles of bm x bn over the batch.
 int64_t tile_count(const GemmProblem& g, int bm, int bn) { return g.batch * ((g.M + bm - 1) / bm) * ((g.N + bn - 1) / bn); }
 
-// How many ways to split K so that `units` blocks of work fill an H100's 132 SMs once: none
-// where they already number `enough`; else as many as fit (at most 8), keeping at least 4 K
-// slices in each.
-int split_to_fill(const GemmProblem& g, int64_t units, int64_t enough) {
+// How many ways to split K so that `units` blocks of work fill `fill` slots (an H100's 132
+// SMs once): none where they already number `enough`; else as many as fit (at most 8),
+// keeping at least 4 K slices of `depth` in each.
+int split_to_fill(const GemmProblem& g, int64_t units, int64_t enough, int64_t fill = kSms, int depth = 64) {
   if (units >= enough) return 1;
-  int64_t split = std::min<int64_t>(8, kSms / units);
-  while (split > 1 && (g.K + 63) / 64 / split < 4) --split;
+  int64_t split = std::min<int64_t>(8, fill / units);
+  while (split > 1 && (g.K + depth - 1) / depth / split < 4) --split;
   return int(split);
 }
 // The default's split for bm x bn tiles: none once they fill half of the SMs.
@@ -542,8 +547,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       const int bm = g.M <= 32 ? 32 : g.M <= 64 ? 64 : 128;
       const int64_t blocks = g.batch * ((g.M + bm - 1) / bm) * ((g.N + 127) / 128);
       for (auto [bk, stages] : {std::pair{32, 3}, std::pair{64, 2}}) {
-        int parts = int(std::clamp<int64_t>((4 * kSms + blocks - 1) / blocks, 1, 8));
-        while (parts > 1 && (g.K + bk - 1) / bk / parts < 4) --parts;
+        const int parts = split_to_fill(g, blocks, 4 * kSms, 4 * kSms, bk);
         out.push_back({{"block_m", bm}, {"block_n", 128}, {"block_k", bk}, {"warps", 4}, {"stages", stages}, {"split_k", parts}, {"mma", "mma_sync"}});
       }
     }
@@ -623,12 +627,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   }
   const int threads = warps * 32;
   if ((bm * bk / 8) % threads != 0 && bm * bk / 8 < threads) p.add("/params/block_k", "the A tile is too small for the block's threads to load");
-  const int64_t slices = (g.K + bk - 1) / bk;
-  if (const int split_k = q["split_k"]; split_k > slices) {
-    p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
-                                 " slices of block_k " + std::to_string(bk) + ") into parts with nothing to do: it must be at most " +
-                                 std::to_string(slices));
-  }
+  check_split_k(g, q["split_k"], bk, "block_k " + std::to_string(bk), p);
 }
 
 // Where no stride depends on M: 16-bit operands (the tensor-core kernels and their reference),

@@ -1,6 +1,6 @@
 // The Hopper kernel (sm_90a), persistent over output tiles. One producer warpgroup, whose
-// first thread issues TMA loads, and CONSUMERS (1 to 3) warpgroups that each own WG_M rows of the
-// BM x BN tile and issue wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring
+// first thread issues TMA loads, and CONSUMERS (1 to 3) warpgroups that each own WG_M rows of
+// the BM x BN tile and issue wgmma.m64n<BN>k16 straight from shared memory; a STAGES-deep ring
 // of stages handed over with mbarriers (full: the TMA bytes landed; empty: every consumer's
 // wgmmas that read the stage have completed). TMA zero-fills what lies past an edge, so
 // ragged M, N and K need no special case; the epilogue guards its stores.
@@ -8,16 +8,17 @@
 // The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
 // epilogue applied) by the mma_sync kernel's tc::splitk_reduce. The splits of a tile are
-// adjacent units, so they run at the same time. With TAIL_SPLIT the tiles that fill whole waves of the resident blocks are
-// units of their own, and the rest (the last, partial wave's: 32 tiles past 2 x 132) are cut
-// into PARTS parts of K (rows_of: as many as the idle SMs take, 4 there), so the last wave is
-// 128 quarter tiles, not 32 whole ones. Its units are ordered part by part: the blocks that
-// run them at once are at the same K offset of neighbouring tiles, and read the same slices
-// of A and B through L2 (stream-K's contiguous ranges, a block's crossing tiles, put them at
-// different offsets: on the H100 that took up to 1.6 times the whole tiles' time). Each
-// part leaves float partial sums in a workspace slot, which tail_reduce adds up, applying the
-// epilogue. A consumer warp stores its 16 rows through its own shared-memory buffer, 64
-// columns at a time, from which the TMA unit writes them to C (where C's layout allows).
+// adjacent units, so they run at the same time. With TAIL_SPLIT the tiles that fill whole
+// waves of the resident blocks are units of their own, and the rest (the last, partial
+// wave's: 32 tiles past 2 x 132) are cut into PARTS parts of K (rows_of: as many as the idle
+// SMs take, 4 there), so the last wave is 128 quarter tiles, not 32 whole ones. Its units
+// are ordered part by part: the blocks that run them at once are at the same K offset of
+// neighbouring tiles, and read the same slices of A and B through L2 (stream-K's contiguous
+// ranges, a block's crossing tiles, put them at different offsets: on the H100 that took up
+// to 1.6 times the whole tiles' time). Each part leaves float partial sums in a workspace
+// slot, which tail_reduce adds up, applying the epilogue. A consumer warp stores its 16 rows
+// through its own shared-memory buffer, 64 columns at a time, from which the TMA unit writes
+// them to C (where C's layout allows).
 //
 // With CLUSTER > 1 (2 to 4) the blocks run as a thread-block cluster on CLUSTER consecutive
 // tiles of a column, which share B: each block loads its own A and 1 / CLUSTER of B, and
