@@ -2,10 +2,11 @@
 // misaligned views): mma.sync.m16n8k16 tensor-core tiles fed by ldmatrix from padded shared
 // memory, a `stages`-deep cp.async pipeline, and a shared-memory layout per operand chosen
 // from its strides (K-major tiles load with ldmatrix, M- or N-major tiles with ldmatrix.trans),
-// so row- and column-major operands both stream 16-byte vectors. A chunk of a row that does
-// not start on 16 bytes (a row of an odd length) is read as the two aligned vectors around it
-// and shifted into place; chunks that straddle an edge and non-unit strides fall back to
-// element loads. With `split_k` > 1 each block sums its part of K's tiles into float partial
+// so row- and column-major operands both stream 16-byte vectors. A tile whose rows do not
+// start on 16 bytes (a row of an odd length, a view off its storage's alignment) streams too:
+// cp.async lands each row's aligned 16-byte blocks (one more than the row has chunks, in the
+// row's padding), and the block shifts the tile into place in shared memory before the warps
+// read it; non-unit strides fall back to element loads. With `split_k` > 1 each block sums its part of K's tiles into float partial
 // sums in the workspace, and splitk_reduce adds them up and applies the epilogue (the wgmma
 // kernel's K split takes the same kernel). Rendered by
 // gemm_cuda.cpp after the prelude, the problem's constants, T, TC and kf_epilogue: section
@@ -68,50 +69,105 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-// 8 consecutive elements at any 2-byte aligned address, as the two aligned 16-byte vectors
-// around them shifted into place (one where the address is aligned): a row of an odd length
-// streams at vector width instead of element by element. The second vector starts before
-// the chunk's end, so it lies in the 16-byte block of an element that is read anyway.
-__device__ __forceinline__ uint4 load_unaligned8(const T* p) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(p), base = at & ~uintptr_t(15);
-  const uint4 lo = __ldg(reinterpret_cast<const uint4*>(base));
-  if (at == base) return lo;
-  const uint4 hi = __ldg(reinterpret_cast<const uint4*>(base) + 1);
-  const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-  const int words = int(at - base) / 4;                   // whole 32-bit words to skip: 0 to 3
-  const uint32_t shift = (at - base) % 4 != 0 ? 16 : 0;   // and half a word more
-  uint32_t out[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t a = words == 0 ? w[i] : words == 1 ? w[i + 1] : words == 2 ? w[i + 2] : w[i + 3];
-    const uint32_t b = words == 0 ? w[i + 1] : words == 1 ? w[i + 2] : words == 2 ? w[i + 3] : w[i + 4];
-    out[i] = __funnelshift_r(a, b, shift);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
+// Elements from a row's start to the 16-byte boundary before it: 0 where the row is aligned.
+// Only the address's low bits matter, so 32-bit arithmetic does: `off` is the base's own
+// misalignment (misalignment(g)), `at` the row's first element from the base.
+__device__ __forceinline__ int misalignment(const T* p) { return int(reinterpret_cast<uintptr_t>(p) % 16) / int(sizeof(T)); }
+__device__ __forceinline__ int misalignment(int off, int64_t at) { return int(uint32_t(off) + uint32_t(at)) % (16 / int(sizeof(T))); }
+
+// The 8 elements at element `off` (0 to 7) of a 16-byte aligned address in shared memory, as
+// four (five where off is odd) 32-bit loads funnel-shifted by half a word where off is odd.
+__device__ __forceinline__ uint4 shifted8(const T* landed, int off) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(landed) + off / 2;
+  const uint32_t shift = off % 2 != 0 ? 16 : 0;
+  const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = shift != 0 ? w[4] : 0;
+  return make_uint4(__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift), __funnelshift_r(w2, w3, shift),
+                    __funnelshift_r(w3, w4, shift));
 }
 
-// Copies the [rows][cols] tile at (row0, col0) of a strided operand into shared memory.
+// Issues the copy of the [ROWS][COLS] tile at (row0, col0) of a strided operand into shared
+// memory. VEC rows land in place, 16 bytes at a time; other rows with unit column stride land
+// as the aligned 16-byte blocks around them, the first at the row's start (one block more than
+// its chunks: the padding holds it), for Shifted to put in place once they have landed. Blocks
+// wholly past the edges are not read; a block holding one of the row's elements lies in memory
+// that is read anyway (the aligned 16 bytes of that element).
 template <int ROWS, int COLS, bool VEC>
 __device__ __forceinline__ void load_tile(T* __restrict__ s, const T* __restrict__ g, int64_t row0, int64_t nrows,
                                           int64_t srow, int64_t col0, int64_t ncols, int64_t scol) {
-  constexpr int CHUNKS = ROWS * COLS / 8;
-  for (int c = threadIdx.x; c < CHUNKS; c += THREADS) {
-    const int r = c / (COLS / 8), cc = (c % (COLS / 8)) * 8;
-    const int64_t gr = row0 + r, gc = col0 + cc;
-    T* dst = s + r * (COLS + PAD) + cc;
-    if (VEC && gr < nrows && gc + 8 <= ncols) {
-      cp_async16(dst, g + gr * srow + gc);
-    } else if (!VEC && scol == 1 && gr < nrows && gc + 8 <= ncols) {
-      *reinterpret_cast<uint4*>(dst) = load_unaligned8(g + gr * srow + gc);
-    } else {
+  static_assert(PAD == 8, "a misaligned row's extra 16-byte block lands in its padding");
+  if constexpr (VEC) {
+    constexpr int CHUNKS = ROWS * COLS / 8;
+    for (int c = threadIdx.x; c < CHUNKS; c += THREADS) {
+      const int r = c / (COLS / 8), cc = (c % (COLS / 8)) * 8;
+      const int64_t gr = row0 + r, gc = col0 + cc;
+      T* dst = s + r * (COLS + PAD) + cc;
+      if (gr < nrows && gc + 8 <= ncols) {
+        cp_async16(dst, g + gr * srow + gc);
+      } else if (gr >= nrows || gc >= ncols) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float v = gr < nrows && gc + e < ncols ? kf_to_float(g[gr * srow + (gc + e) * scol]) : 0.0f;
-        kf_store(dst + e, v);
+        for (int e = 0; e < 8; ++e) kf_store(dst + e, gr < nrows && gc + e < ncols ? kf_to_float(g[gr * srow + gc + e]) : 0.0f);
       }
+    }
+  } else if (scol == 1) {
+    constexpr int BLOCKS = COLS / 8 + 1;
+    const int base = misalignment(g);
+    for (int c = threadIdx.x; c < ROWS * BLOCKS; c += THREADS) {
+      const int r = c / BLOCKS, v = c % BLOCKS;
+      const int64_t gr = row0 + r;
+      const int off = misalignment(base, gr * srow + col0);
+      if (gr >= nrows || (v == COLS / 8 && off == 0) || col0 - off + 8 * v >= ncols) continue;  // not needed, or past an edge
+      cp_async16(s + r * (COLS + PAD) + 8 * v, g + (gr * srow + col0 - off + 8 * v));
     }
   }
 }
+
+// A !VEC tile put in place, in two steps so that it can be done where it landed: read() takes
+// each of a thread's chunks from the landed blocks (shifted by its row's misalignment; a chunk
+// that straddles an edge element by element, zeros past it; a non-unit column stride from
+// global memory), and write(), after a barrier, stores them at their places.
+template <int ROWS, int COLS>
+struct Shifted {
+  static constexpr int CHUNKS = ROWS * COLS / 8, PER = (CHUNKS + THREADS - 1) / THREADS;
+  uint4 v[PER];
+
+  __device__ __forceinline__ void read(const T* __restrict__ s, const T* __restrict__ g, int64_t row0, int64_t nrows,
+                                       int64_t srow, int64_t col0, int64_t ncols, int64_t scol) {
+    const int base = misalignment(g);
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = threadIdx.x + i * THREADS;
+      if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
+      const int r = c / (COLS / 8), cc = (c % (COLS / 8)) * 8;
+      const int64_t gr = row0 + r, gc = col0 + cc;
+      const T* const landed = s + r * (COLS + PAD) + cc;
+      const int off = misalignment(base, gr * srow + col0);
+      if (gr >= nrows || gc >= ncols) {
+        v[i] = make_uint4(0, 0, 0, 0);
+      } else if (scol == 1 && gc + 8 <= ncols) {
+        v[i] = shifted8(landed, off);
+      } else {
+        alignas(16) T e8[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (gc + e >= ncols) kf_store(e8 + e, 0.0f);
+          else e8[e] = scol == 1 ? landed[off + e] : g[gr * srow + (gc + e) * scol];
+        }
+        v[i] = *reinterpret_cast<const uint4*>(e8);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void write(T* __restrict__ s) const {
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      const int c = threadIdx.x + i * THREADS;
+      if (CHUNKS % THREADS != 0 && c >= CHUNKS) break;
+      *reinterpret_cast<uint4*>(s + (c / (COLS / 8)) * (COLS + PAD) + (c % (COLS / 8)) * 8) = v[i];
+    }
+  }
+};
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const T* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -189,12 +245,34 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
     }
   };
 
+  // A !VEC operand's landed tile, put in place (Shifted) by the whole block before it is read.
+  auto shift_stage = [&](int stage, int64_t kt) {
+    if constexpr (!VEC_A || !VEC_B) {
+      const int64_t k0 = kt * BK;
+      Shifted<A_ROWS, A_COLS> sa;
+      Shifted<B_ROWS, B_COLS> sb;
+      if constexpr (!VEC_A) {
+        if (A_MMAJOR) sa.read(As + stage * A_TILE, Ab, k0, kK, sAk, m0, M, sAm);
+        else sa.read(As + stage * A_TILE, Ab, m0, M, sAm, k0, kK, sAk);
+      }
+      if constexpr (!VEC_B) {
+        if (B_KMAJOR) sb.read(Bs + stage * B_TILE, Bb, n0, kN, sBn, k0, kK, sBk);
+        else sb.read(Bs + stage * B_TILE, Bb, k0, kK, sBk, n0, kN, sBn);
+      }
+      __syncthreads();  // every chunk read before any is overwritten
+      if constexpr (!VEC_A) sa.write(As + stage * A_TILE);
+      if constexpr (!VEC_B) sb.write(Bs + stage * B_TILE);
+      __syncthreads();
+    }
+  };
+
   if constexpr (STAGES == 1) {
     for (int64_t kt = 0; kt < ktiles; ++kt) {
       load_stage(0, kt0 + kt);
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
+      shift_stage(0, kt0 + kt);
       compute_stage(0);
       __syncthreads();
     }
@@ -210,6 +288,7 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
       const int64_t next = kt + STAGES - 1;
       if (next < ktiles) load_stage(int(next % STAGES), kt0 + next);
       cp_async_commit();
+      shift_stage(int(kt % STAGES), kt0 + kt);
       compute_stage(int(kt % STAGES));
     }
     cp_async_wait<0>();
