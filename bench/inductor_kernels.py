@@ -13,7 +13,10 @@ Phase A, compile time and restarts (MLP block, M = --compile-m, the first dtype)
 Phase B, step time (one process per dtype, sharing the server of phase A): for each model and M,
   the graph compiled without and with kforge kernels in one process, timed interleaved (CUDA
   events around many calls; max-autotune's CUDA graphs replay), each result checked against
-  eager (ATen) in the same dtype. --control adds a third variant, the graph without kforge
+  eager (ATen) in the same dtype. --compiles N compiles each variant N times (the repeats with
+  every cache off, so Inductor autotunes anew) and also compares the variants' medians over their
+  compiles: Inductor's picks differ between two compiles of one graph by up to 3 %, as much as
+  the margin measured. --control adds a third variant, the graph without kforge
   compiled again with every cache off (an A/A control of the measure's noise); --profile lists
   each variant's GPU kernels per step. A case in which Dynamo compiled a graph while the
   variants were timed is reported NOT VALID.
@@ -127,25 +130,29 @@ def child(spec):
             ref = function(model, "eager")(*args).float()
         case = {"model": model, "dtype": dtype_name, "m": m, "device": dev, "variants": {}}
         fns = {}
-        for variant in spec["variants"]:
+        # Each variant compiled `compiles` times, the repeats with every cache off (Inductor
+        # autotunes anew and may pick differently): "with#1" is the second compile of "with".
+        keys = [(variant, variant if i == 0 else f"{variant}#{i}") for variant in spec["variants"]
+                for i in range(spec.get("compiles", 1))]
+        for variant, key in keys:
             ki.uninstall()
             before = len(autotunes)
             fx_before = dict(counters["inductor"])
             try:
                 if variant == "with":
                     ki.install(spec["url"], kernels=True, kernel_benchmark=KERNEL_BENCHMARK)
-                f = torch.compile(function(model, variant), mode="max-autotune", dynamic=False)
+                f = torch.compile(function(model, key.replace("#", "_")), mode="max-autotune", dynamic=False)
                 t0 = time.perf_counter()
                 # "again": the graph without kforge compiled a second time, every cache off, so
                 # Inductor autotunes anew: how far two compiles of one graph differ
-                with torch.no_grad(), cfg.patch(force_disable_caches=(variant == "again")):
+                with torch.no_grad(), cfg.patch(force_disable_caches=(variant == "again" or key != variant)):
                     out, code = run_and_get_code_kept(f, *args)
                 torch.cuda.synchronize()
                 compile_s = time.perf_counter() - t0
             except Exception as e:  # noqa: BLE001 - the other cases still run
                 import traceback
                 traceback.print_exc()
-                case["variants"][variant] = {"error": f"{type(e).__name__}: {e}"[:2000]}
+                case["variants"][key] = {"error": f"{type(e).__name__}: {e}"[:2000]}
                 continue
             text = "\n".join(code)
             err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
@@ -163,8 +170,8 @@ def child(spec):
                                "runtime_loads": s.runtime_loads, "runtime_fallbacks": s.runtime_fallbacks,
                                "server_seconds": round(s.server_seconds, 2), "last_error": s.last_error,
                                "client_requests": ki._hook.client.stats["requests"] if ki._hook else None}
-            case["variants"][variant] = v
-            fns[variant] = f
+            case["variants"][key] = v
+            fns[key] = f
         ki.uninstall()  # compiled graphs keep running their kforge kernels
         graphs = counters["stats"]["unique_graphs"]
         if spec.get("time_steps") and fns:
@@ -330,6 +337,9 @@ def main():
     ap.add_argument("--control", action="store_true",
                     help="phase B also compiles the graph without kforge a second time, caches off (an A/A control)")
     ap.add_argument("--profile", action="store_true", help="phase B also lists each variant's GPU kernels per step")
+    ap.add_argument("--compiles", type=int, default=1,
+                    help="phase B compiles each variant this many times (the repeats with every cache off) and also "
+                         "compares the variants' medians over their compiles")
     a = ap.parse_args()
     if a.child:
         return child(json.loads(a.child))
@@ -377,7 +387,7 @@ def main():
                 cases = [[mo, dt, m] for mo in models for m in ms]
                 variants = ["without", "with"] + (["again"] if a.control else [])
                 runs[dt] = run_child({"cases": cases, "url": server.url, "variants": variants, "time_steps": True,
-                                      "rounds": a.rounds, "profile": a.profile}, work, f"B-{dt}")
+                                      "rounds": a.rounds, "profile": a.profile, "compiles": a.compiles}, work, f"B-{dt}")
                 print(f"# phase B {dt}: {runs[dt]['process_s']:.0f} s", flush=True)
             report["phases"]["B"] = {"runs": runs, "wall_s": round(time.time() - t0, 1)}
     finally:
@@ -441,6 +451,8 @@ def print_report(report):
         if moved:
             print("\nNOT VALID: Dynamo compiled graphs while the variants were timed (a variant ran a graph not its own): "
                   + "; ".join(moved))
+        if any(len(compiled(c.get("step_ms", {}), "with")) > 1 for c, _ in details):
+            print_compiles(details)
         print("\n## which choice won each matmul (with kforge kernels; and in the other variants)\n")
         for c, k in details:
             print(f"- {c['model']} {c['dtype']} M={c['m']}: " + "; ".join(winners(k)) +
@@ -451,6 +463,27 @@ def print_report(report):
         for c, _ in details:
             if c.get("kernels_us"):
                 print_kernels(c)
+
+
+def compiled(step_ms, variant):
+    """A variant's median step times, one per compile (keys "with", "with#1", ...)."""
+    return [t["median"] for k, t in step_ms.items() if k == variant or k.startswith(variant + "#")]
+
+
+def print_compiles(details):
+    """--compiles: each variant's step time over its compiles, and the ratio of their medians (how
+    much kforge's kernels change the step, beside how much Inductor's own picks vary)."""
+    print("\n## over compiles: each variant compiled anew (caches off), its median step per compile\n")
+    print("| model | dtype | M | without: each compile (ms) | with: each compile (ms) | median without / median with | "
+          "spread of without (max / min) |")
+    print("|---|---|---|---|---|---|---|")
+    for c, _ in details:
+        w, k = compiled(c.get("step_ms", {}), "without"), compiled(c.get("step_ms", {}), "with")
+        if not w or not k:
+            continue
+        mw, mk = statistics.median(w), statistics.median(k)
+        print(f"| {c['model']} | {c['dtype']} | {c['m']} | {' / '.join(f'{t:.4f}' for t in w)} | "
+              f"{' / '.join(f'{t:.4f}' for t in k)} | **{mw / mk:.3f}×** | {max(w) / min(w):.3f} |")
 
 
 def print_kernels(c, rows=14):
