@@ -176,18 +176,14 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
                                    (swap ? " (a multiple of 8 needs A with unit K stride: with swap_ab, block_n tiles M)" : " (a multiple of 8 with swap_ab, where it tiles M)"));
     }
   }
-  const bool pingpong = q.value("pingpong", 0) != 0;
-  if (pingpong && (warps != 12 || q["split_k"] != 1 || q.value("tail_split", 0) != 0 || q["cluster_m"] != 1)) {
-    p.add("/params/pingpong", "pingpong hands whole tiles to two consumer warpgroups in turn: it takes warps 12, split_k 1, tail_split 0 and cluster_m 1");
-  }
   if (warps != 8 && warps != 12 && warps != 16) {
     p.add("/params/warps", "the wgmma kernel runs one producer and one to three consumer warpgroups: warps is 8, 12 or 16, not " + std::to_string(warps));
   } else {
-    const int consumers = warps / 4 - 1, split = pingpong ? 1 : consumers;  // the warpgroups a tile's rows are split between
-    if (bm % (64 * split) != 0) {
-      p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * split));
-    } else if (const int acc = bm / split / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit) {
-      p.add("/params/block_n", "a " + std::to_string(bm / split) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(acc) +
+    const int consumers = warps / 4 - 1;
+    if (bm % (64 * consumers) != 0) {
+      p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * consumers));
+    } else if (const int acc = bm / consumers / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit) {
+      p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(acc) +
                                    " accumulators per thread; the limit is " + std::to_string(limit) +
                                    (consumers == 3 ? " (registers: a block of 512 threads compiles at 128 a thread)" : " (registers)"));
     }
@@ -246,7 +242,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
-const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 0}, {"pingpong", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
+const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -320,10 +316,6 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
            "wgmma only: 1 cuts the tiles of a partial last wave of resident blocks into parts of K, as many as the idle SMs "
            "take (32 tiles past two waves of 132: 4 parts each), whose float partial sums a second kernel adds up "
            "(workspace_bytes: 320 tiles of block_m x block_n x 4); 0: every tile whole"},
-          {"pingpong", "int", ints({0, 1}), 0,
-           "wgmma only: 1 gives the two consumer warpgroups (warps 12) whole tiles in turn, so that one's products run while "
-           "the other stores its tile (block_m 64 or 128, the tile's accumulators in one warpgroup: block_m / 64 x block_n / 2 "
-           "at most 128; split_k 1, tail_split 0, cluster_m 1); 0: each tile's rows split between the consumers"},
           {"cluster_m", "int", ints({1, 2, 3, 4}), 1,
            "wgmma only: blocks per thread-block cluster, on consecutive tiles of one column that share B, each loading "
            "1 / cluster_m of B and multicasting it to all (a K-major B: block_n / cluster_m a multiple of 8)"},
@@ -599,7 +591,6 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
   if (q["split_k"] != 1 && g.ab == Dtype::kFloat32) p.add("/params/split_k", "split_k is the tensor-core kernels' (16-bit types); float32 takes 1");
   if (q.value("tail_split", 0) != 0) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
-  if (q.value("pingpong", 0) != 0) p.add("/params/pingpong", "pingpong is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
@@ -713,8 +704,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     if (tail_split > 0) workspace_bytes = uint64_t(kTailSlots) * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;
     if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
     s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>());
-    s.set("consumers", warps / 4 - 1).set("pingpong", b(q.value("pingpong", 0) != 0));
-    s.set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
+    s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {
       s.set(std::string(prefix) + "inner", t.inner).set(std::string(prefix) + "outer", t.outer).set(std::string(prefix) + "batch", t.batch);

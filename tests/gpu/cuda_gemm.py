@@ -674,28 +674,6 @@ def main():
                    workdir=work, dtype=dtype, M=1212, N=2600, K=1000, ta=False, tb=kb, arch="sm_90a", params=dict(t3, cluster_m=2))
         report("wgmma bfloat16 192-row runtime M 192x192", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16", params=t3,
                M0=577, Ms=[1, 192, 193, 2049], N=392, K=800, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
-        # pingpong: the two consumers take whole tiles in turn (more tiles than blocks, so each
-        # block runs two to three: both consumers and the hand-over), every layout, ragged M, N
-        # and K, a 64x256 tile with an epilogue, a batch, B copied for TMA (N odd: C stored
-        # without TMA), swapped, and M at run time.
-        pp = {"block_m": 128, "block_n": 128, "block_k": 64, "warps": 12, "stages": 6, "pingpong": 1, "mma": "wgmma"}
-        for dtype in ("float16", "bfloat16"):
-            for layout in range(4):
-                ta, tb = bool(layout // 2), bool(layout % 2)
-                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} pingpong 128x128 2500x2000x520", run_case, url=url, workdir=work,
-                       dtype=dtype, M=2500, N=2000, K=520, ta=ta, tb=tb, arch="sm_90a", params=pp)
-            report(f"wgmma {dtype} pingpong 64x256 add+gelu 1204x8192x1000", run_case, url=url, workdir=work, dtype=dtype,
-                   M=1204, N=8192, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
-                   extra=[("bias", torch.randn(8192, device="cuda", dtype=torch.float32))],
-                   params=dict(pp, block_m=64, block_n=256, stages=5))
-            report(f"wgmma {dtype} pingpong batched 3x 600x1000x200", run_case, url=url, workdir=work, dtype=dtype,
-                   M=600, N=1000, K=200, ta=False, tb=True, batch=3, arch="sm_90a", params=pp)
-        report("wgmma float16 pingpong packed B (N odd) 2500x1001x520", run_case, url=url, workdir=work, dtype="float16",
-               M=2500, N=1001, K=520, ta=False, tb=False, arch="sm_90a", params=pp)
-        report("wgmma bfloat16 pingpong swap_ab 128x72 65x40000x520", run_case, url=url, workdir=work, dtype="bfloat16",
-               M=65, N=40000, K=520, ta=False, tb=False, arch="sm_90a", params=dict(pp, block_n=72, swap_ab=1))
-        report("wgmma float16 pingpong runtime M 128x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=pp,
-               M0=2500, Ms=[1, 129, 4097, 8191], N=4000, K=520, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
         # M as an argument: one kernel for every M (ragged, smaller and larger than the one it
         # was built for), with split-K (whose workspace grows with M), clusters (an odd number
         # of tile rows) and an epilogue with an [M, N] input.

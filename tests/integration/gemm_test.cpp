@@ -800,16 +800,6 @@ TEST_F(Gemm, CudaSm90aTakesTheTmaWgmmaKernelAndChecksItsLimits) {
   json sync_cluster = req;
   sync_cluster["params"] = {{"mma", "mma_sync"}, {"cluster_m", 2}};
   bad(sync_cluster, "/params/cluster_m", "wgmma");
-  json pingpong = wg;  // the default 128x256 tile in one warpgroup: 256 accumulators a thread
-  pingpong["params"]["pingpong"] = 1;
-  bad(pingpong, "/params/block_n", "accumulators per thread");
-  pingpong["params"]["block_n"] = 128;
-  EXPECT_EQ(post_json(*server_, "/render", pingpong.dump()).status, 200);
-  pingpong["params"]["cluster_m"] = 2;
-  bad(pingpong, "/params/pingpong", "cluster_m 1");
-  json sync_pingpong = req;
-  sync_pingpong["params"] = {{"mma", "mma_sync"}, {"pingpong", 1}};
-  bad(sync_pingpong, "/params/pingpong", "wgmma");
   json f32 = wg;
   f32["inputs"][0]["dtype"] = f32["inputs"][1]["dtype"] = f32["output"]["dtype"] = "float32";
   bad(f32, "/params/mma", "float16 or bfloat16");

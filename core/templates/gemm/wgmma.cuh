@@ -20,14 +20,6 @@
 // through its own shared-memory buffer, 64 columns at a time, from which the TMA unit writes
 // them to C (where C's layout allows).
 //
-// With PINGPONG the two consumer warpgroups take whole tiles (units) in turn, each holding a
-// tile's accumulators: the producer loads the units in order, so one warpgroup's products run
-// while the other stores its tile, and the tensor cores do not wait for an epilogue. A stage
-// is then read, and released, by one consumer, and the turns are ordered: a warpgroup starts
-// waiting on its unit's stages only once the other has waited on all of its previous unit's
-// (a named barrier between them), since a consumer that skipped ahead would find the stages'
-// barriers more than one phase behind, where a parity wait cannot tell the phases apart.
-//
 // With CLUSTER > 1 (2 to 4) the blocks run as a thread-block cluster on CLUSTER consecutive
 // tiles of a column, which share B: each block loads its own A and 1 / CLUSTER of B, and
 // multicasts that share to all, so L2 sends each B slice once per cluster (a ragged M of three
@@ -71,7 +63,6 @@ using TC = half;
 #define $bn$ 64
 #define $stages$ 4
 #define $consumers$ 2
-#define $pingpong$ false
 #define $split_k$ 2
 #define $tail_split$ 0
 #define $cluster_m$ 2
@@ -112,11 +103,8 @@ constexpr int TAIL_SPLIT = $tail_split$;  // 0: every tile whole; 1: the last pa
 // most parts a tile is cut into.
 constexpr int64_t MAX_SLOTS = 320, MAX_PARTS = 8;
 static_assert(TAIL_SPLIT == 0 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m 1");
-constexpr bool PINGPONG = $pingpong$;  // two consumers, whole tiles in turn
-static_assert(!PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1 && TAIL_SPLIT == 0 && CLUSTER == 1),
-              "pingpong takes two consumers, split_k 1, tail_split 0 and cluster_m 1");
 constexpr int THREADS = (CONSUMERS + 1) * 128;
-constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, M_ITERS = WG_M / 64;  // a consumer's rows of a tile
+constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
@@ -466,18 +454,6 @@ cudaError_t pack_into(const T* src, T* dst, int64_t inner, int64_t outer, int64_
   return cudaGetLastError();
 }
 
-// PINGPONG's turns: the warpgroup whose unit is next waits on named barrier 1 + t (its 128
-// threads) until the other warpgroup's 128 pass it (arrive without waiting), done waiting on
-// its unit's slices. Barrier 0 is __syncthreads'.
-__device__ __forceinline__ void turn_wait(int t) {
-  if (t == 0) asm volatile("bar.sync 1, 256;\n" ::: "memory");
-  else asm volatile("bar.sync 2, 256;\n" ::: "memory");
-}
-__device__ __forceinline__ void turn_pass(int t) {
-  if (t == 0) asm volatile("bar.arrive 1, 256;\n" ::: "memory");
-  else asm volatile("bar.arrive 2, 256;\n" ::: "memory");
-}
-
 // Hands a stage back: to this block's producer, and with a cluster to every peer's as well
 // (their multicasts also write into this block's stage).
 __device__ __forceinline__ void release(uint32_t bar) {
@@ -534,15 +510,9 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
   const int warp = tid / 32, lane = tid % 32;
   unsigned char* const buf = epi + (wg * 4 + warp) * EPI_WARP_BYTES;
   float acc[M_ITERS][BN / 2];
-  int64_t it = 0, turn = 0;
+  int64_t it = 0;
   const int64_t M = rows.M;
-  const int r0 = PINGPONG ? 0 : wg * WG_M;  // this consumer's first row of a tile
-  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows), ++turn) {
-    if (PINGPONG && turn % 2 != wg) {  // the other consumer's unit: its K slices go by
-      it += w.k1 - w.k0;
-      continue;
-    }
-    if (PINGPONG && turn > 0) turn_wait(int(turn - 1) % 2);  // the previous unit's slices have all landed
+  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
@@ -558,13 +528,12 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
-        for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, r0 + mi * 64, kk), desc_b(bs, kk));
+        for (int mi = 0; mi < M_ITERS; ++mi) wgmma(acc[mi], desc_a(as, wg * WG_M + mi * 64, kk), desc_b(bs, kk));
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous slice's wgmmas are done: hand its stage back
       if (kt > w.k0 && tid == 0) release(empty + 8 * int((it - 1) % STAGES));
     }
-    if (PINGPONG && w.unit + unit_step < rows.units) turn_pass(int(turn % 2));  // the other's turn
     wgmma_wait<0>();
     if (tid == 0) release(empty + 8 * int((it - 1) % STAGES));  // the tile's last slice
 #pragma unroll
@@ -575,19 +544,19 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       if (w.slot >= 0) {  // a part of a tail tile: its partial sums, for tail_reduce
         float* const Wt = W + w.slot * int64_t(BM) * BN;
 #pragma unroll
-        for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, r0 + mi * 64 + warp * 16, lane);
+        for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, wg * WG_M + mi * 64 + warp * 16, lane);
         continue;
       }
     }
     if constexpr (SPLITS > 1) {
       float* const Ws = W + (int64_t(w.split) * kBatch + b) * M * kN;
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + r0 + mi * 64 + warp * 16, tile.n0, M, lane);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
       continue;
     }
     if constexpr (STAGED) {
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + r0 + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
     } else {
       TC* const Cb = C + offC + int64_t(b) * sCb;
       const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
@@ -597,7 +566,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int64_t m = tile.m0 + r0 + mi * 64 + warp * 16 + lane / 4 + 8 * h;
+            const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
             const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
             const float v0 = out_value(acc[mi][j * 4 + 2 * h], b, m, n, M/*$EPARGS$*/);
             const float v1 = out_value(acc[mi][j * 4 + 2 * h + 1], b, m, n + 1, M/*$EPARGS$*/);
@@ -635,7 +604,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, (PINGPONG ? 1 : CONSUMERS) * CLUSTER);
+      mbar_init(empty + 8 * s, CONSUMERS * CLUSTER);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
