@@ -542,14 +542,19 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // gemm (1x5121x20480: 0.2483 ms against cuBLAS's 0.1209 on the H100, B's 210 MB read, written
     // and read again). The mma_sync kernel reads it in place (cp.async lands a misaligned row's
     // aligned blocks, shifted in shared memory), its tiles in K parts enough for about four
-    // blocks an SM (at most 8 parts, 4 K tiles each at least). Narrow tiles keep more warps in
-    // flight (31x3073x12288: 32x64 0.0611 ms, 32x128 0.0783, cuBLAS 0.0862): 64 columns deep
-    // 64 in 4 stages and 32 in 6, and 128 columns 64 deep in 3 (best at 65x6145x21504).
+    // blocks an SM (at most 8 parts, 4 K tiles each at least). Tiles of 32 or 64 rows (M <= 64)
+    // take 64 columns, 64 deep in 4 stages and 32 in 6, or 128 columns 64 deep in 3 (31x3073x
+    // 12288: 32x64 0.0606 ms, 32x128 0.0674, cuBLAS 0.0852); 128-row ones (M > 64) 8 warps
+    // (65x6145x21504: 128x128 0.2323 ms against 0.2990 with 4 warps and 0.3063 for wgmma on the
+    // copy, cuBLAS 0.2695), 128 or 64 columns 64 deep, 128 columns 32 deep.
     if (!compute_bound && (ta->packed || tb->packed)) {
       const int bm = g.M <= 32 ? 32 : g.M <= 64 ? 64 : 128;
-      for (auto [bn, bk, stages] : {std::tuple{64, 64, 4}, std::tuple{64, 32, 6}, std::tuple{128, 64, 3}}) {
+      using Tile = std::tuple<int, int, int, int>;  // block_n, block_k, stages, warps
+      const std::vector<Tile> tiles = bm == 128 ? std::vector<Tile>{{128, 64, 3, 8}, {64, 64, 4, 8}, {128, 32, 4, 8}}
+                                                : std::vector<Tile>{{64, 64, 4, 8}, {64, 32, 6, 4}, {128, 64, 3, 8}};
+      for (auto [bn, bk, stages, warps] : tiles) {
         const int parts = split_to_fill(g, tile_count(g, bm, bn), 4 * kSms, 4 * kSms, bk);
-        out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", 4}, {"stages", stages}, {"split_k", parts}, {"mma", "mma_sync"}});
+        out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", warps}, {"stages", stages}, {"split_k", parts}, {"mma", "mma_sync"}});
       }
     }
     return out;

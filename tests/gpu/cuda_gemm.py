@@ -558,6 +558,9 @@ def main():
                    dtype=dtype, M=65, N=6145, K=2150, ta=False, tb=False, arch="sm_90a", params=ms,
                    ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
                    extra=[("bias", torch.randn(6145, device="cuda", dtype=torch.float32))])
+        report("mma_sync split_k 8 warps 8 bfloat16 B rows off 16 bytes 65x6145x2150", run_case, url=url, workdir=work,
+               dtype="bfloat16", M=65, N=6145, K=2150, ta=False, tb=False, arch="sm_90a",
+               params=dict(ms, block_m=128, block_k=64, warps=8, split_k=8))
         report("mma_sync split_k 8 float16 gemv 1x5121x20480", run_case, url=url, workdir=work, dtype="float16", M=1, N=5121,
                K=20480, ta=False, tb=False, arch="sm_90a", params=dict(ms, block_m=32, block_k=64, stages=2, split_k=8))
         report("mma_sync split_k 3 bfloat16 TN (A's rows of 257) 257x1000x777", run_case, url=url, workdir=work, dtype="bfloat16",

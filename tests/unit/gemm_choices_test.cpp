@@ -161,10 +161,11 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
   const Template* gemm = Registry::builtin().find("gemm");
   // Memory-bound with a copied operand: the mma_sync kernel, which reads it in place, is tried
   // too, K split for about four blocks an SM (80 blocks of 128x64: 6 parts; 40 of 128x128: 8, the
-  // most), in tiles 64 columns wide (64 and 32 deep) and 128 (64 deep).
+  // most): 128-row tiles 128 columns wide (64 and 32 deep) and 64 (64 deep).
   const auto choices = hopper_choices(2, 65, 2560, 6849);
-  for (const char* c : {"ms 128x64x64/6", "ms 128x64x32/6", "ms 128x128x64/8"}) EXPECT_EQ(choices.count(c), 1u) << c << ::testing::PrintToString(choices);
-  // 1x5121x20480 (N odd: B's 210 MB copied every call): 32-row tiles, 81 (6 parts) or 41 of them (8).
+  for (const char* c : {"ms 128x128x64/8", "ms 128x64x64/6", "ms 128x128x32/8"}) EXPECT_EQ(choices.count(c), 1u) << c << ::testing::PrintToString(choices);
+  // 1x5121x20480 (N odd: B's 210 MB copied every call): 32-row tiles 64 columns wide (64 and 32
+  // deep) and 128 (64 deep), 81 (6 parts) or 41 of them (8).
   const auto gemv = hopper_choices(1, 1, 5121, 20480);
   for (const char* c : {"ms 32x64x64/6", "ms 32x64x32/6", "ms 32x128x64/8"}) EXPECT_EQ(gemv.count(c), 1u) << c << ::testing::PrintToString(gemv);
   // 64 rows of 32768 columns: 512 blocks of 64x64 need no split (4 an SM); 256 of 64x128, 2.
