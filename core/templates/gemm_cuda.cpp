@@ -545,7 +545,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // blocks an SM (at most 8 parts, 4 K tiles each at least). Tiles of 32 or 64 rows (M <= 64)
     // take 64 columns, 64 deep in 4 stages and 32 in 6, or 128 columns 64 deep in 3 (31x3073x
     // 12288: 32x64 0.0606 ms, 32x128 0.0674, cuBLAS 0.0852); 128-row ones (M > 64) 8 warps
-    // (65x6145x21504: 128x128 0.2323 ms against 0.2990 with 4 warps and 0.3063 for wgmma on the
+    // (65x6145x21504: 128x128 0.2323 ms against 0.3144 with 4 warps and 0.3063 for wgmma on the
     // copy, cuBLAS 0.2695), 128 or 64 columns 64 deep, 128 columns 32 deep.
     if (!compute_bound && (ta->packed || tb->packed)) {
       const int bm = g.M <= 32 ? 32 : g.M <= 64 ? 64 : 128;
