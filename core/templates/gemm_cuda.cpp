@@ -81,6 +81,12 @@ int k_splits(const GemmProblem& p, int split_k, int depth = 64) {
   return int((slices + per - 1) / per);
 }
 
+// Split-K's float partial sums, `splits` slices of [batch][M][N] (none for one part): the
+// workspace_bytes() of both kernels, mma_sync.cuh's and wgmma.cuh's (before its packed copies).
+uint64_t partial_sums_bytes(const GemmProblem& p, int splits) {
+  return splits > 1 ? uint64_t(splits) * uint64_t(p.batch * p.M * p.N) * 4 : 0;
+}
+
 // nullopt (with the reason) where TMA cannot load the operand, even copied: neither M/N nor K
 // has unit stride, or a dimension or stride is past TMA's range. A stride or offset that is
 // not a multiple of 16 bytes makes a packed operand. operand 0 is A, 1 is B.
@@ -694,7 +700,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     src << s.apply(simt.section("simt"));
   } else if (!wgmma) {
     const int split_k = k_splits(w, q["split_k"].get<int>(), q["block_k"].get<int>());
-    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(w.batch * w.M * w.N) * 4 : 0;  // mma_sync.cuh's workspace_bytes()
+    workspace_bytes = partial_sums_bytes(w, split_k);
     s.set("mma_split_k", split_k);
     src << s.apply(mma_sync.section("kernel")) << s.apply(mma_sync.section("entry"));
   } else {
@@ -705,7 +711,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     const int warps = q["warps"].get<int>();
     const int split_k = k_splits(w, q["split_k"].get<int>()), tail_split = q.value("tail_split", 0);
     // wgmma.cuh's workspace_bytes(): the partial sums, then the packed operands' copies, at the request's M.
-    workspace_bytes = split_k > 1 ? uint64_t(split_k) * uint64_t(w.batch * w.M * w.N) * 4 : 0;
+    workspace_bytes = partial_sums_bytes(w, split_k);
     if (tail_split > 0) workspace_bytes = uint64_t(kTailSlots) * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;
     if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
     s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>());
