@@ -210,6 +210,16 @@ class Spec:
         return op["requestBody"]["content"]["application/json"]["schema"]
 
 
+def wait_until_taken(server: Server, job: str, limit_s: float = 120.0) -> None:
+    """Waits until a worker has taken the job at `job` (its state is past "queued")."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if request(server, "GET", job).json().get("state") != "queued":
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{job}: still queued after {limit_s:.0f} s")
+
+
 # ---- the cases
 
 def main() -> int:
@@ -265,12 +275,19 @@ def main() -> int:
         # place, and a third finds the queue full (503 + Retry-After). The async build above
         # ends first (its event stream ends with it): on a loaded machine it still held the
         # worker when the first slow build came, which then found the queue full.
+        # The first slow build must have left the queue for the worker before the second
+        # comes: a worker that is still finishing the async build's cache writes, or is not
+        # yet scheduled, leaves it waiting, and the second then finds the queue full.
         request(server, "GET", async3.headers["location"] + "/events")
+        choices = [{"mr": 4, "nr": 16}]
         for salt in ("11", "12"):
-            expect("POST", "/kernels", 202, {"backend": "cpu", "source": SLOW.replace("SALT", salt)},
-                   headers={"Prefer": "respond-async"})
+            slow = expect("POST", "/kernels", 202, {"backend": "cpu", "source": SLOW.replace("SALT", salt)},
+                          headers={"Prefer": "respond-async"})
+            if salt == "11" and slow.status == 202:
+                wait_until_taken(server, slow.headers["location"])
         expect("POST", "/kernels", 503, {"backend": "cpu", "source": SLOW.replace("SALT", "13")},
                headers={"Prefer": "respond-async"})
+        expect("POST", "/autotune", 503, dict(GEMM, choices=choices))  # the queue is full of slow builds
         expect("GET", "/readyz", 503, role=None)
 
         # Reads of a kernel and its files.
@@ -308,9 +325,7 @@ def main() -> int:
         expect("POST", "/explain", 200, source_request("2"))
         expect("POST", "/explain", 200, source_request("6"))
         expect("POST", "/explain", 400, {"backend": "tpu", "source": "x"})
-        choices = [{"mr": 4, "nr": 16}]
         expect("POST", "/autotune", 400, dict(source_request("2"), choices="default"))
-        expect("POST", "/autotune", 503, dict(GEMM, choices=choices))  # the queue is full of slow builds
         pf = expect("POST", "/prefetch", 202, {"format": "kforge-prefetch/1", "label": "spec",
                                                "requests": [source_request("2"), dict(source_request("7"), label="seven")]},
                     role="submit").json()
