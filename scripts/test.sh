@@ -16,6 +16,7 @@ LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
 
 summary=()
+failures=()
 failed_phases=0
 tests_passed=0
 tests_failed=0
@@ -35,6 +36,36 @@ phase() {
   return 1
 }
 
+# failed_tails LOG: what each failed test printed (ctest --output-on-failure prints it
+# after the test's status line): its first lines that name an error and its last lines,
+# at most eight tests, so that a log read only from its end (a CI report) still says why.
+failed_tails() {
+  awk -v keep=15 -v most=8 '
+    function flush(  i, s) {
+      if (cur == "") return
+      if (++shown <= most) {
+        print "  -- " cur
+        s = n > keep ? n - keep : 0
+        for (i = 0; i < nhits; i++) if (at[i] < s) print "     " hit[i]
+        if (nhits && at[0] < s) print "     ..."
+        for (i = s; i < n; i++) print "     " buf[i % keep]
+      }
+      cur = ""
+    }
+    /^ *[0-9]+\/[0-9]+ Test +#[0-9]+: / || /^ *Start +[0-9]+: / || /tests passed, / {
+      flush()
+      if ($0 ~ /\*\*\*(Failed|Timeout|Exception)/) {
+        cur = $0; gsub(/ \.+/, " ", cur); sub(/^ +/, "", cur); n = 0; nhits = 0
+      }
+      next
+    }
+    cur != "" {
+      if (nhits < 6 && $0 ~ /ERROR|FAIL|[Ee]rror:|disagree|SUMMARY|Failure/) { at[nhits] = n; hit[nhits++] = $0 }
+      buf[n % keep] = $0; n++
+    }
+    END { flush(); if (shown > most) print "  (and " shown - most " more failed tests above)" }' "$1"
+}
+
 # ctest_phase NAME BUILD_DIR: ctest over a build, its counts added to the totals.
 ctest_phase() {
   local name=$1 dir=$2 log="$LOGS/$(basename "$2").log"
@@ -50,6 +81,9 @@ ctest_phase() {
   elif ((rc != 0)); then
     tests_failed=$((tests_failed + 1))  # ctest itself failed: count the phase as one failure
   fi
+  local tails
+  tails=$(failed_tails "$log")
+  [[ -z $tails ]] || failures+=("$name:" "$tails")
 }
 
 if phase "build (RelWithDebInfo)" scripts/setup.sh build; then
@@ -70,6 +104,11 @@ else
 fi
 
 echo
+if ((${#failures[@]})); then
+  echo "== what the failed tests printed last"
+  printf '%s\n' "${failures[@]}"
+  echo
+fi
 echo "== summary"
 printf '  %s\n' "${summary[@]}"
 echo "test.sh: $tests_passed passed, $tests_failed failed"

@@ -31,8 +31,16 @@ case "${1:-}" in
       if [ -x "$s" ]; then export ASAN_SYMBOLIZER_PATH=$s; break; fi
     done
     # The inputs found to add coverage go to corpus/ (a scratch copy); the seeds stay as committed.
-    exec "../${TARGET}_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix=./ corpus/
+    rc=0
+    "../${TARGET}_fuzz" -max_total_time="$SECONDS_TO_RUN" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix=./ corpus/ || rc=$?
+    # A finding on a CI machine is gone with it: print each reproducer (its first 3 KiB in
+    # base64), to be decoded into tests/fuzz/corpus/$TARGET/ (base64 -d).
+    for f in crash-* leak-* timeout-* oom-* slow-unit-*; do
+      [ -f "$f" ] || continue
+      echo "reproducer $f ($(stat -c %s "$f") bytes), base64: $(head -c 3072 "$f" | base64 -w0)"
+    done
+    exit "$rc"
     ;;
   *)
     echo "usage: tests/fuzz/run.sh build BUILD_DIR | run SECONDS BUILD_DIR TARGET" >&2
