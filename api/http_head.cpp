@@ -259,10 +259,15 @@ bool parse_request_head(std::string_view head, RequestHead& r, HeadError& e) {
   // cpp-httplib reads a POST without either header to the end of the connection.
   if (r.method == "POST" && !lengths && !encodings)
     return fail(e, 411, "a POST needs Content-Length (or Transfer-Encoding: chunked)");
-  // A body kforge would have to decode could fail half-read, leaving the rest unframed.
+  // A body kforge would have to decode could fail half-read, leaving the rest unframed;
+  // cpp-httplib parses a multipart/form-data body (a Content-Type it reads after decoding
+  // percent-escapes) and stops at the first byte it cannot parse.
   for (const auto& [name, value] : r.headers) {
     if (iequals(name, "Content-Encoding") && !iequals(value, "identity"))
       return fail(e, 415, "Content-Encoding " + std::string(value) + ": request bodies are taken as sent, not decoded");
+    if (iequals(name, "Content-Type") &&
+        (value.find('%') != std::string_view::npos || iequals(value.substr(0, 10), "multipart/")))
+      return fail(e, 415, "Content-Type " + std::string(value) + ": request bodies are JSON (no multipart, no % escapes)");
   }
   // HTTP/1.0 connections end after their answer (kforge keeps no 1.0 keep-alive).
   r.keep_alive = http11 && std::none_of(r.headers.begin(), r.headers.end(), [](const auto& h) {

@@ -161,6 +161,11 @@ TEST_F(HttpFraming, OtherMethodsLengthAndCodingAreAnsweredByTheFront) {
       {"DELETE /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", 404, ""},
       {"POST /kernels HTTP/1.1\r\nHost: x\r\n\r\n", 411, ""},
       {"POST /kernels HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 2\r\n\r\n{}", 415, ""},
+      // cpp-httplib stops reading a multipart body it cannot parse (found by the http_head fuzzer).
+      {"POST /kernels HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 9\r\n\r\n--a\r\nxxxx",
+       415, ""},
+      {"POST /kernels HTTP/1.1\r\nHost: x\r\nContent-Type: Multipart/Mixed\r\nContent-Length: 2\r\n\r\n{}", 415, ""},
+      {"POST /kernels HTTP/1.1\r\nHost: x\r\nContent-Type: multipart%2Fform-data\r\nContent-Length: 2\r\n\r\n{}", 415, ""},
   };
   for (const auto& e : cases) {
     RawConnection c(*server_);

@@ -2,6 +2,8 @@
 // If-None-Match readers, case by case (the fuzz targets check them on everything else).
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "api/http_head.hpp"
 
 namespace kforge::api {
@@ -29,6 +31,24 @@ TEST(HttpHead, FramingIsOneOfNoneLengthOrChunked) {
   EXPECT_EQ(e.status, 411);
   EXPECT_EQ(parsed("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 0").framing, RequestHead::Framing::kNone);
   EXPECT_EQ(parsed("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1", &e).method, "(refused)");
+}
+
+TEST(HttpHead, BodiesAreTakenAsJsonNeverMultipartOrEncoded) {
+  HeadError e;
+  EXPECT_EQ(parsed("POST /k HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: application/json").method, "POST");
+  EXPECT_EQ(parsed("POST /k HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: text/plain").method, "POST");
+  for (const char* type : {"multipart/form-data; boundary=b", "MULTIPART/form-data", "multipart%2Fform-data", "%6Dultipart/x"}) {
+    EXPECT_EQ(parsed("POST /k HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: " + std::string(type), &e).method,
+              "(refused)")
+        << type;
+    EXPECT_EQ(e.status, 415);
+    EXPECT_NE(e.detail.find("Content-Type"), std::string::npos);
+  }
+  // The second Content-Type counts too (cpp-httplib reads the first, a proxy may read another).
+  EXPECT_EQ(parsed("POST /k HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Type: a/b\r\nContent-Type: multipart/x").method,
+            "(refused)");
+  EXPECT_EQ(parsed("POST /k HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Encoding: gzip", &e).method, "(refused)");
+  EXPECT_EQ(e.status, 415);
 }
 
 TEST(HttpHead, KeepAliveFollowsConnectionTokensAndVersion) {
