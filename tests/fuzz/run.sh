@@ -36,7 +36,7 @@ case "${1:-}" in
       -print_final_stats=1 -artifact_prefix=./ corpus/ || rc=$?
     # A finding on a CI machine is gone with it: print each reproducer (its first 3 KiB in
     # base64), to be decoded into tests/fuzz/corpus/$TARGET/ (base64 -d).
-    for f in crash-* leak-* timeout-* oom-* slow-unit-*; do
+    for f in crash-* leak-* timeout-* oom-*; do
       [ -f "$f" ] || continue
       echo "reproducer $f ($(stat -c %s "$f") bytes), base64: $(head -c 3072 "$f" | base64 -w0)"
     done

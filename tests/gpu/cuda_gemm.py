@@ -548,8 +548,9 @@ def main():
                M=200, N=392, K=800, ta=False, tb=False, arch="sm_90a",
                params={**c2, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8, "split_k": 3})
         # mma_sync with K split (float partial sums added up by splitk_reduce), reading rows that
-        # do not start on 16 bytes in place (two aligned vectors shifted): the search's choice
-        # where an operand would be copied for TMA and the problem is memory-bound. B with N odd
+        # do not start on 16 bytes in place (their aligned blocks landed, then shifted in shared
+        # memory): the search's choice where an operand would be copied for TMA and the problem
+        # is memory-bound. B with N odd
         # and an epilogue, the decode gemv, an M-major A with M odd, a K-major B with K odd in a
         # batch, and M at run time (the workspace grows with M).
         ms = {"block_m": 64, "block_n": 128, "block_k": 32, "warps": 4, "stages": 3, "split_k": 4, "mma": "mma_sync"}

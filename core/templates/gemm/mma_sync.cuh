@@ -6,9 +6,9 @@
 // start on 16 bytes (a row of an odd length, a view off its storage's alignment) streams too:
 // cp.async lands each row's aligned 16-byte blocks (one more than the row has chunks, in the
 // row's padding), and the block shifts the tile into place in shared memory before the warps
-// read it; non-unit strides fall back to element loads. With `split_k` > 1 each block sums its part of K's tiles into float partial
-// sums in the workspace, and splitk_reduce adds them up and applies the epilogue (the wgmma
-// kernel's K split takes the same kernel). Rendered by
+// read it; non-unit strides fall back to element loads. With `split_k` > 1 each block sums
+// its part of K's tiles into float partial sums in the workspace, and splitk_reduce adds them
+// up and applies the epilogue (the wgmma kernel's K split takes the same kernel). Rendered by
 // gemm_cuda.cpp after the prelude, the problem's constants, T, TC and kf_epilogue: section
 // `kernel` (namespace tc), then `entry`, which a wgmma kernel replaces with its own.
 //
