@@ -142,6 +142,13 @@ int64_t wgmma_smem_bytes(int bm, int bn, int stages, int consumers) {
   return int64_t(stages) * (bm + bn) * 64 * 2 + 1024 + (16 * stages + 127) / 128 * 128 + consumers * 4 * 2048;
 }
 
+// The deepest ring of stages (at most `most`) whose shared memory fits an sm_90a block.
+int wgmma_stages(int bm, int bn, int consumers, int most) {
+  int stages = most;
+  while (stages > 2 && wgmma_smem_bytes(bm, bn, stages, consumers) > cuda_smem_limit("sm_90a")) --stages;
+  return stages;
+}
+
 std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch"; }
 
 // The float accumulators a consumer thread may hold. ptxas allocates for the block size's
@@ -314,7 +321,7 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
           {"warps", "int", ints({1, 2, 4, 8, 12, 16}), 8,
            "warps per block: mma_sync, a 2 x warps/2 warp grid from 4 on; wgmma, 8, 12 or 16 (one producer and one to three "
            "consumer warpgroups: 16 with 192-row tiles, three of 64 rows)"},
-          {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
+          {"stages", "int", ints({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}), 3, "shared-memory pipeline stages (cp.async for mma_sync, TMA for wgmma; 16-bit types)"},
           {"split_k", "int", ints({1, 2, 3, 4, 5, 6, 7, 8}), 1,
            "16-bit types (wgmma and mma_sync): parts K is cut into, each a unit of work whose float partial sums a second "
            "kernel adds up (workspace_bytes: split_k x batch x M x N x 4); for problems with too few tiles to fill the GPU"},
@@ -523,8 +530,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
           const int split = split_to_fill(w, tiles, kSms * 2 / 3);
           const double requests = requests_of(bn, bm, 1);  // swapped: a tile's rows are B's, its columns A's
           const double e = (split > 1 ? 1.1 : 1.0) * double((tiles * split + kSms - 1) / kSms) * bm * bn / efficiency * requests / split;
-          int stages = 8;
-          while (stages > 2 && wgmma_smem_bytes(bm, bn, stages, warps / 4 - 1) > cuda_smem_limit("sm_90a")) --stages;
+          const int stages = wgmma_stages(bm, bn, warps / 4 - 1, 8);
           if (e < 0.97 * best_split) {
             swaps.push_back({e, {{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", stages}, {"split_k", split},
                                  {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}}});
@@ -535,6 +541,34 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       std::stable_sort(swaps.begin(), swaps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       if (swaps.size() > 3) swaps.resize(3);
       for (auto& [e, c] : swaps) out.push_back(std::move(c));
+    }
+    // Few rows streaming B (M <= 128, not compute-bound): the time is B's bytes at the rate the
+    // SMs draw them from memory, which the model above does not count. cuBLAS runs 64-row
+    // tiles of N there, M whole in one tile of the swapped problem or in two, K whole, and as
+    // many stages as fit (the H100's profiler: 64x72 in 12 stages at 65x5120x5120, 64x24 in 16
+    // at 40x2560x2592, 64x64 in 13 at 128x4096x4096). The same tilings here, with 8 stages and
+    // with the deepest ring (at most 16): on the H100 the deep ring took 65x5120x5120 from 0.0330
+    // to 0.0316 ms and 128x4096x4096's 64x64 from 0.0256 to 0.0232, but 99x3128x3072's from
+    // 0.0183 to 0.0201, so both are timed. M in two tiles only where their blocks fit one wave;
+    // an M of 64-row tiles runs unswapped (128x4096x4096: 64x64 0.0234 ms, swapped 0.0261).
+    if (!compute_bound && g.M <= 128 && g.batch == 1) {
+      auto add = [&](json c) {
+        if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(std::move(c));
+      };
+      auto rings = [&](int bm, int bn, bool swap) {
+        for (int stages : {8, wgmma_stages(bm, bn, 1, 16)}) {
+          json c = {{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", 8}, {"stages", stages}, {"split_k", 1}, {"cluster_m", 1}, {"mma", "wgmma"}};
+          if (swap) c["swap_ab"] = 1;
+          add(std::move(c));
+        }
+      };
+      rings(64, 64, false);
+      if (g.M % 64 != 0 && wa && wb && wb->kmajor && !staged_store(w)) {  // 64-row multiples: 64x64 is the same tiling
+        for (int64_t t : {1, 2}) {
+          const int bn = int(((g.M + t - 1) / t + 7) / 8 * 8);
+          if (t == 1 || tile_count(w, 64, bn) <= kSms) rings(64, bn, true);
+        }
+      }
     }
     // Too few tiles for the SMs: the 64x128 tiling with K split, as the default would, and half as much.
     const int split = small_problem_split_k(g, 64, 128);

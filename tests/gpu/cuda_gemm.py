@@ -627,6 +627,17 @@ def main():
                    K=4096, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_n=8, split_k=4, stages=8))
             report(f"wgmma {dtype} swap_ab 64x8 copied B^T (N odd) 2x22017x1000", run_case, url=url, workdir=work, dtype=dtype, M=2,
                    N=22017, K=1000, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=8, stages=8))
+            # Deep rings (the few-rows tilings: as many stages as fit, up to 16): the ring wraps
+            # many times over a long K, holds more stages than a short K has slices, and a
+            # second tile of M lies past its end.
+            report(f"wgmma {dtype} swap_ab 64x72 ring 12 bias+gelu 65x5120x5120", run_case, url=url, workdir=work, dtype=dtype, M=65,
+                   N=5120, K=5120, ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a",
+                   params=dict(sw, block_m=64, warps=8, block_n=72, stages=12),
+                   extra=[("bias", torch.randn(5120, device="cuda", dtype=torch.float32))])
+            report(f"wgmma {dtype} swap_ab 64x24 ring 16 40x2560x2592", run_case, url=url, workdir=work, dtype=dtype, M=40, N=2560,
+                   K=2592, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=24, stages=16))
+            report(f"wgmma {dtype} NT 64x64 ring 13 over 9 K slices 128x4096x520", run_case, url=url, workdir=work, dtype=dtype, M=128,
+                   N=4096, K=520, ta=False, tb=True, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=64, stages=13, swap_ab=0))
             report(f"wgmma {dtype} swap_ab misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype,
                    params=dict(sw, block_n=136))
             report(f"wgmma {dtype} swap_ab misaligned C", run_case_misaligned_c, url=url, workdir=work, dtype=dtype, params=sw)

@@ -128,19 +128,22 @@ TEST(GemmChoices, SmallProblemsTryEveryTilingAndSplitK) {
   // 128x4096x4096: 16 tiles of 128x256, memory-bound, where 128x64 won on the H100; 64 tiles
   // of 64x128 fill half the SMs, so K is split 2 ways (and not 1 = half of that). Every
   // tiling without clusters (10, 64x64 and 128x192 included), three more with K split to fill
-  // the SMs, and three with the two 64-row tiles of a column in a cluster.
+  // the SMs, three with the two 64-row tiles of a column in a cluster, and 64x64 with the
+  // deepest ring (13 stages).
   const auto small = hopper_choices(1, 128, 4096, 4096);
-  EXPECT_EQ(small.size(), 17u) << ::testing::PrintToString(small);
+  EXPECT_EQ(small.size(), 18u) << ::testing::PrintToString(small);
   EXPECT_EQ(std::count_if(small.begin(), small.end(), [](const std::string& c) { return c.ends_with("c2"); }), 3);
   EXPECT_EQ(small.count("64x128/2"), 1u);
   EXPECT_EQ(small.count("128x64/1"), 1u);
-  EXPECT_EQ(small.count("64x64/1"), 1u);
+  EXPECT_EQ(small.count("64x64/1"), 2u);  // 8 and 13 stages
   // M = 1: 32 tiles of 64x128, split 4 ways (128 units), and 2; of the tilings, only those of
   // 64 rows (a taller tile would compute zeros), whole and with K split to fill the SMs (16
   // tiles of 64x256 8 ways, 64 of 64x64 2 ways); and swapped, M in one 8-row tile of 128 or
-  // 64 rows of N (32 tiles split 4 ways, 64 split 2 ways).
+  // 64 rows of N (32 tiles split 4 ways, 64 split 2 ways, and 64 whole: the few-rows tilings,
+  // with 64x64 unswapped; each of these in 8 stages and in the deepest ring).
   const auto gemv = hopper_choices(1, 1, 4096, 4096);
-  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2", "64x256/8", "64x64/2", "128x8/4T", "64x8/2T"}));
+  EXPECT_EQ(gemv, (std::multiset<std::string>{"64x256/1", "64x128/1", "64x64/1", "64x128/4", "64x128/2", "64x256/8", "64x64/2", "128x8/4T",
+                                              "64x8/2T", "64x64/1", "64x8/1T", "64x8/1T"}));
   // M = 64 is still one 64-row tile; M = 65 is not.
   for (const std::string& c : hopper_choices(1, 64, 4096, 4096)) EXPECT_TRUE(c.rfind("64x", 0) == 0 || c.ends_with("T")) << c;
   EXPECT_EQ(hopper_choices(1, 65, 4096, 4096).count("128x128/1"), 2u);
@@ -277,6 +280,35 @@ TEST(GemmChoices, ARaggedOrSmallMTriesTheSwappedProblem) {
   TemplateRequest sync = r;
   sync.spec.params = {{"mma", "mma_sync"}, {"swap_ab", 1}};
   EXPECT_NE(refusal(sync).find("/params/swap_ab"), std::string::npos) << refusal(sync);
+}
+
+// Few rows streaming B (M <= 128, not compute-bound) try what cuBLAS runs there: 64-row tiles of
+// N, M whole in one swapped tile or in two, K whole, in 8 stages and in the deepest ring that
+// fits (at most 16); an M of 64-row tiles takes 64x64 unswapped instead.
+TEST(GemmChoices, FewRowsTryDeepRingsOf64RowTiles) {
+  auto stages_of = [](int64_t M, int64_t N, int64_t K, int bm, int bn, bool swap) {
+    std::multiset<int> out;
+    for (const auto& c : Registry::builtin().find("gemm")->default_choices(hopper_request(1, M, N, K))) {
+      if (c["block_m"] == bm && c["block_n"] == bn && c.value("split_k", 1) == 1 && c.value("swap_ab", 0) == int(swap) && c.value("cluster_m", 1) == 1)
+        out.insert(c["stages"].get<int>());
+    }
+    return out;
+  };
+  EXPECT_EQ(stages_of(65, 5120, 5120, 64, 72, true), (std::multiset<int>{8, 12}));  // cuBLAS: nvjet 64x72, 12 stages
+  EXPECT_EQ(stages_of(65, 5120, 5120, 64, 40, true), std::multiset<int>{});         // 160 blocks: past one wave
+  EXPECT_EQ(stages_of(40, 2560, 2592, 64, 24, true), (std::multiset<int>{8, 16}));  // M in two tiles of 24
+  EXPECT_EQ(stages_of(128, 4096, 4096, 64, 64, false), (std::multiset<int>{8, 13}));
+  EXPECT_EQ(stages_of(128, 4096, 4096, 64, 64, true), std::multiset<int>{});
+  EXPECT_EQ(stages_of(4096, 4096, 4096, 64, 64, false), std::multiset<int>{});  // compute-bound
+  // The rings are checked against the shared memory: 16 stages of 64x24, not 10 of 64x128.
+  const Template* gemm = Registry::builtin().find("gemm");
+  TemplateRequest r = hopper_request(1, 40, 2560, 2592);
+  r.spec.params = {{"block_m", 64}, {"block_n", 24}, {"block_k", 64}, {"warps", 8}, {"stages", 16}, {"swap_ab", 1}, {"mma", "wgmma"}};
+  EXPECT_TRUE(gemm->check(r));
+  r.spec.params = {{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 10}, {"mma", "wgmma"}};
+  const auto refused = gemm->check(r);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().fields.at(0).field, "/params/stages");
 }
 
 // The erf gelu of a tuned CUDA kernel is kf_gelu_erf (the erfc form) and its tanh gelu
