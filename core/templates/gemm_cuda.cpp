@@ -551,6 +551,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // to 0.0316 ms and 128x4096x4096's 64x64 from 0.0256 to 0.0232, but 99x3128x3072's from
     // 0.0183 to 0.0201, so both are timed. M in two tiles only where their blocks fit one wave;
     // an M of 64-row tiles runs unswapped (128x4096x4096: 64x64 0.0234 ms, swapped 0.0261).
+    // One batch only: no batched shape of few rows was measured.
     if (!compute_bound && g.M <= 128 && g.batch == 1) {
       auto add = [&](json c) {
         if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(std::move(c));
