@@ -151,11 +151,15 @@ int wgmma_stages(int bm, int bn, int consumers, int most) {
 
 std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size() > 1 ? "/arch/" + std::to_string(i) : "/arch"; }
 
-// The float accumulators a consumer thread may hold. ptxas allocates for the block size's
-// share of the 64 Ki registers whatever setmaxnreg later moves: 255 a thread with one consumer
-// (256 threads), 168 with two (384), 128 with three (512), where 96 accumulators (192
-// columns) compile and 104 did not ("insufficient registers").
-int wgmma_accumulator_limit(int consumers) { return consumers == 3 ? 96 : 128; }
+// The float accumulators a consumer thread may hold. ptxas gives every instruction no more than
+// the block size's share of the 64 Ki registers (255 a thread with one consumer, 256 threads;
+// 168 with two, 384; 128 with three, 512): one wgmma's accumulators and operands must fit it
+// (three consumers' m64n208, 104 accumulators: "Insufficient registers (128) to compile
+// instruction"; 96 compile). Past that, a consumer's code runs under the registers setmaxnreg
+// gives it (232 with two consumers, 152 with three): two consumers' 256-row tiles hold two
+// wgmma tiles a thread, 256x152 and 256x200 swapped compiled with no spills (bias+gelu too),
+// 256x192 unswapped spilled 4 bytes with bias+gelu (nvcc 13.0): two consumers hold at most 176.
+int wgmma_accumulator_limit(int consumers) { return consumers == 3 ? 96 : consumers == 2 ? 176 : 128; }
 
 // A K split into more parts than K has slices of `depth` (`slices_of` names them) leaves
 // parts with nothing to do.
@@ -505,42 +509,67 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     }
     // A ragged or small M (258 rows: three 128-row tiles, the last one all but idle) runs
     // better swapped (swap_ab: C^T = B^T A^T), where M lies along wgmma's N and is cut into
-    // tiles of any multiple of 8 rows: 258 in two of 136. For 128- and 64-row tiles of N, the
-    // tilings of M in 1 to 8 tiles, K split where they leave SMs idle, estimated by the same
-    // model (wgmma's efficiency falling with its N: 1.0 at 256 to 0.6 under 64); the three
-    // best, where they are 3 % or more ahead of the best whole or split tiles unswapped (an M
-    // of 128 gains nothing: its swapped tilings are its own, transposed). Needs A with unit K
-    // stride (it is B^T's K-major operand); 4096^3 and other M that no 8 tiles of 256 cover get none.
+    // tiles of any multiple of 8 rows: 258 in two of 136. The same freedom fits a partial wave:
+    // 3163x1024x1024 in 128x200 swapped tiles is 128 tiles, one wave (0.0156 ms on the H100,
+    // 0.0180 for 128x128's 1.5 waves, cuBLAS 0.0151). For 64- to 256-row tiles of N, every
+    // tiling of M in 1 to 8 tiles (of 8 rows or more) or in more tiles of 64 rows or more, K
+    // split where they leave SMs idle, estimated by
+    // the same model (wgmma's efficiency falling with its N: 1.0 at 256 to 0.6 under 64); the
+    // three best, where they are 3 % or more ahead of the best whole or split tiles unswapped
+    // (an M of 128 gains nothing: its swapped tilings are its own, transposed; nor does 4096^3).
+    // Needs A with unit K stride (it is B^T's K-major operand).
     const GemmProblem w = swapped_ab(g);
     const auto wa = tma_operand(w, 0), wb = tma_operand(w, 1);
     if (wa && wb && wb->kmajor && !staged_store(w)) {
       std::vector<std::pair<double, json>> swaps;
-      for (auto [bm, warps, scale] : {std::tuple{128, 12, 1.0}, std::tuple{64, 8, 0.85}, std::tuple{192, 16, 1.1}}) {
-        // 192-row tiles of N only where the tiles fill the SMs (513x7736x2560, 258x28672x7200):
-        // at 257x4096x4096 (48 tiles of 128x256) they pushed out 64x136 and 128x72, the H100's
-        // two best (0.0280 and 0.0302 ms against 0.0336 without them).
-        if (bm == 192 && (g.M <= 128 || !compute_bound)) continue;
-        const int max_bn = wgmma_accumulator_limit(warps / 4 - 1) * 2;  // one 64-row wgmma tile a consumer
-        for (int64_t t = 1, last = 0; t <= 8; ++t) {
+      // An M off 64-row tiles: within the pruning margin of the best unswapped tiling, as the
+      // model misjudges them there. On the H100, 257x28720x7168's 256x136 (B's rows off 128
+      // bytes, so the model put it 15 % behind 128x136) took 0.2121 ms against 128x136's 0.2564
+      // (cuBLAS 0.1930), and 844x6904x2560's 128x216 (12 % behind 128x192 whole tiles, and
+      // behind three other swapped tilings) 0.0573 against 0.0697 (cuBLAS 0.0587).
+      const bool ragged = g.M % 64 != 0;
+      std::optional<std::tuple<int64_t, int, json>> fewest;  // 128-row tiles: the fewest waves (and the narrowest of those)
+      for (auto [bm, warps, scale] : {std::tuple{128, 12, 1.0}, std::tuple{64, 8, 0.85}, std::tuple{192, 16, 1.1}, std::tuple{256, 12, 1.1}}) {
+        // 192- and 256-row tiles of N only where the tiles fill the SMs (513x7736x2560,
+        // 258x28672x7200): at 257x4096x4096 (48 tiles of 128x256) 192-row ones pushed out 64x136
+        // and 128x72, the H100's two best (0.0280 and 0.0302 ms against 0.0336 without them).
+        // 256 rows are cuBLAS's tiles at 1204x8192x2048 (256x152: M in 8 tiles, 2 waves).
+        if (bm >= 192 && (g.M <= 128 || !compute_bound)) continue;
+        const int consumers = warps / 4 - 1, max_bn = wgmma_accumulator_limit(consumers) * 2 / (bm / consumers / 64);
+        for (int64_t t = 1, last = 0; t <= (g.M + 7) / 8; ++t) {  // the last: 8-row tiles
           const int bn = int(((g.M + t - 1) / t + 7) / 8 * 8);
-          if (bn > std::min(256, max_bn) || bn == last) continue;
+          // Past 8 tiles of M only a ragged M's, 64 rows or more: each tile of M reads all of B,
+          // and an M of 64-row tiles has these tilings unswapped.
+          if (bn > std::min(256, max_bn) || bn == last || (t > 8 && (bn < 64 || !ragged))) continue;
           last = bn;
           const double efficiency = scale * (bn >= 256 ? 1.0 : bn >= 192 ? 0.95 : bn >= 128 ? 0.9 : bn >= 64 ? 0.8 : 0.6);
           const int64_t tiles = tile_count(w, bm, bn);
           const int split = split_to_fill(w, tiles, kSms * 2 / 3);
           const double requests = requests_of(bn, bm, 1);  // swapped: a tile's rows are B's, its columns A's
           const double e = (split > 1 ? 1.1 : 1.0) * double((tiles * split + kSms - 1) / kSms) * bm * bn / efficiency * requests / split;
-          const int stages = wgmma_stages(bm, bn, warps / 4 - 1, 8);
-          if (e < 0.97 * best_split) {
-            swaps.push_back({e, {{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", stages}, {"split_k", split},
-                                 {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}}});
+          const int stages = wgmma_stages(bm, bn, consumers, 8);
+          if (e < (ragged ? 1.15 : 0.97) * best_split) {
+            json c = {{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", stages}, {"split_k", split},
+                      {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}};
+            const int64_t waves = (tiles * split + kSms - 1) / kSms;
+            if (bm == 128 && (!fewest || std::tie(waves, bn) < std::tie(std::get<0>(*fewest), std::get<1>(*fewest)))) fewest = {waves, bn, c};
+            swaps.push_back({e, std::move(c)});
           }
-          if (bn == 8) break;
         }
       }
+      // The three best of 64- to 192-row tiles, and the best of 256 rows besides (at 258x28672x7200
+      // 256x136 and 256x88 would push out 128x136, the H100's best there: 0.2575 ms at 257x28720x7168).
       std::stable_sort(swaps.begin(), swaps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      const auto tall = std::find_if(swaps.begin(), swaps.end(), [](const auto& s) { return s.second["block_m"] == 256; });
+      std::optional<json> best_tall;
+      if (tall != swaps.end()) best_tall = tall->second;
+      std::erase_if(swaps, [](const auto& s) { return s.second["block_m"] == 256; });
       if (swaps.size() > 3) swaps.resize(3);
       for (auto& [e, c] : swaps) out.push_back(std::move(c));
+      if (best_tall) out.push_back(std::move(*best_tall));
+      // And a ragged M's 128-row tiling in the fewest waves where the problem is compute-bound
+      // (where it is not, tiles of M narrower than needed read B again for nothing).
+      if (compute_bound && ragged && fewest && std::find(out.begin(), out.end(), std::get<2>(*fewest)) == out.end()) out.push_back(std::get<2>(*fewest));
     }
     // Few rows streaming B (M <= 128, not compute-bound): the time is B's bytes at the rate the
     // SMs draw them from memory, which the model above does not count. cuBLAS runs 64-row

@@ -638,6 +638,19 @@ def main():
                    K=2592, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=24, stages=16))
             report(f"wgmma {dtype} NT 64x64 ring 13 over 9 K slices 128x4096x520", run_case, url=url, workdir=work, dtype=dtype, M=128,
                    N=4096, K=520, ta=False, tb=True, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=64, stages=13, swap_ab=0))
+            # Two consumers' 256-row tiles of N, two 64-row wgmma tiles a thread (up to 176
+            # accumulators, past the launch's 168 registers: setmaxnreg's 232): M's last tile past
+            # its end (8 x 152 = 1216 rows for 1204), split-K's partial sums, a batch with a K-major B.
+            report(f"wgmma {dtype} swap_ab 256x152 bias+gelu 1204x8192x2048", run_case, url=url, workdir=work, dtype=dtype, M=1204,
+                   N=8192, K=2048, ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a", params=dict(sw, block_m=256, block_n=152, stages=4),
+                   extra=[("bias", torch.randn(8192, device="cuda", dtype=torch.float32))])
+            report(f"wgmma {dtype} swap_ab 256x176 split_k 2 bias+gelu*res 300x1000x1040", run_case, url=url, workdir=work, dtype=dtype,
+                   M=300, N=1000, K=1040, ta=False, tb=False, ops=chain_sw, arch="sm_90a",
+                   params=dict(sw, block_m=256, block_n=176, stages=3, split_k=2),
+                   extra=[("bias", torch.randn(1000, device="cuda", dtype=torch.float32)),
+                          ("res", torch.randn(300, 1000, device="cuda").to(DT[dtype]))])
+            report(f"wgmma {dtype} NT swap_ab 256x104 batched 3x 100x1000x520", run_case, url=url, workdir=work, dtype=dtype, M=100,
+                   N=1000, K=520, ta=False, tb=True, batch=3, arch="sm_90a", params=dict(sw, block_m=256, block_n=104, stages=4))
             report(f"wgmma {dtype} swap_ab misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype,
                    params=dict(sw, block_n=136))
             report(f"wgmma {dtype} swap_ab misaligned C", run_case_misaligned_c, url=url, workdir=work, dtype=dtype, params=sw)

@@ -106,8 +106,10 @@ TEST(GemmChoices, APartialLastWaveTriesItsTilesCutIntoPartsOfK) {
   // 513x6848x2560: 135 tiles of 128x256 (a wave and 3), cut or not, are 1.2x the 108 tiles
   // of 192x192 (three rows: one wave), which the H100 ran at 0.98x cuBLAS against 0.78x for
   // 128x256 with the 3 cut in 8 parts. Swapped, 192 rows of N by 176 of M (513 rows in 3
-  // tiles) or 80 (in 7).
-  EXPECT_EQ(hopper_choices(1, 513, 6848, 2560), (std::multiset<std::string>{"192x192/1", "192x176/1T", "192x80/1T"}));
+  // tiles), 80 (in 7) or 88 (in 6), 256 by 136 (in 4), and 128 by 136 (in 4: 216 tiles, the
+  // fewest waves of 128-row tiles): a ragged M's swapped tilings within the pruning margin.
+  EXPECT_EQ(hopper_choices(1, 513, 6848, 2560),
+            (std::multiset<std::string>{"192x192/1", "192x176/1T", "192x80/1T", "192x88/1T", "256x136/1T", "128x136/1T"}));
   // 4800x2048x7168: 304 tiles of 256x128 are two waves and 40, cut in 3 parts.
   EXPECT_EQ(hopper_choices(1, 4800, 2048, 7168).count("256x128/1t"), 1u) << ::testing::PrintToString(hopper_choices(1, 4800, 2048, 7168));
   // A tail no cut shortens (4096^3: 116 tiles past three waves of 128x256 or 256x128) and a
@@ -216,8 +218,10 @@ TEST(GemmChoices, RowsOff128BytesTryClustersThatReadBOnce) {
   // Compute-bound, A and B off: 128x256 alone (1.5x the requests) is pruned, in pairs it is not.
   const auto short_k = hopper_choices(1, 6401, 2792, 1040);
   // 561 tiles of 128x256 or 510 of 192x192 (the H100's best there, 0.0687 ms in pairs); 128x128's
-  // 1122 ask for 512.
-  EXPECT_EQ(short_k, (std::multiset<std::string>{"128x256/1c2", "128x256/1c2", "192x192/1c2", "128x128/1"}));
+  // 1122 ask for 512. Swapped (6401 rows: ragged), 51 tiles of 128 rows of M, 48 of 136, 101 of
+  // 64, and 41 of 160 (the fewest waves of 128-row tiles: 902 tiles).
+  EXPECT_EQ(short_k, (std::multiset<std::string>{"128x256/1c2", "128x256/1c2", "192x192/1c2", "128x128/1", "128x128/1T", "128x136/1T",
+                                                 "192x64/1T", "128x160/1T"}));
   // Aligned rows of B: no cluster where the tiles do not fill the SMs, and 192x192 not in pairs.
   for (auto [m, n, k] : {std::tuple{1212, 2624, 6888}, std::tuple{1216, 2560, 6912}}) {
     for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_EQ(c.find("c2"), std::string::npos) << m << "x" << n << "x" << k << " " << c;
@@ -280,6 +284,41 @@ TEST(GemmChoices, ARaggedOrSmallMTriesTheSwappedProblem) {
   TemplateRequest sync = r;
   sync.spec.params = {{"mma", "mma_sync"}, {"swap_ab", 1}};
   EXPECT_NE(refusal(sync).find("/params/swap_ab"), std::string::npos) << refusal(sync);
+}
+
+// Swapped tilings that fit a wave: two consumers' 256-row tiles of N (cuBLAS's 256x152 at
+// 1204x8192x2048: M in 8 tiles, 256 tiles, two waves), M in more than 8 tiles of 64 rows or
+// more where it is ragged (3163x1024x1024: 16 of 200, one wave), and a ragged M's within the
+// pruning margin of the best unswapped tiling.
+TEST(GemmChoices, SwappedTilingsFitTheWaves) {
+  const auto two_waves = hopper_choices(1, 1204, 8192, 2048);
+  for (const char* c : {"256x152/1T", "128x208/1T"}) EXPECT_EQ(two_waves.count(c), 1u) << c << ::testing::PrintToString(two_waves);
+  // 844x6904x2560: 128x216 (216 tiles, two waves; 1.03x cuBLAS on the H100), which the model
+  // ranks behind 128x192 unswapped (0.84x) and three other swapped tilings.
+  EXPECT_EQ(hopper_choices(1, 844, 6904, 2560).count("128x216/1T"), 1u) << ::testing::PrintToString(hopper_choices(1, 844, 6904, 2560));
+  // Not where the problem is not compute-bound: 65x4096x4096 gets no 128x24 (96 tiles of M's 24s).
+  EXPECT_EQ(hopper_choices(1, 65, 4096, 4096).count("128x24/1T"), 0u);
+  EXPECT_EQ(hopper_choices(1, 3163, 1024, 1024).count("128x200/1T"), 1u) << ::testing::PrintToString(hopper_choices(1, 3163, 1024, 1024));
+  // At most one 256-row tiling, beside the three best of the others: 258x28672x7200 keeps 128x136.
+  const auto ragged = hopper_choices(1, 258, 28672, 7200);
+  EXPECT_EQ(ragged.count("128x136/1T"), 1u) << ::testing::PrintToString(ragged);
+  EXPECT_EQ(std::count_if(ragged.begin(), ragged.end(), [](const std::string& c) { return c.starts_with("256x") && c.ends_with("T"); }), 1);
+  // An M of 64-row tiles gets no more than 8 tiles of it: 3072^3 and 2048x6144x4096 none at all.
+  for (const auto& [m, n, k] : {std::tuple{3072, 3072, 3072}, std::tuple{2048, 6144, 4096}}) {
+    for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_FALSE(c.ends_with("T")) << m << "x" << n << "x" << k << ": " << c;
+  }
+  // The accumulators a thread holds: two consumers' 256x176 (176, past the launch's 168
+  // registers a thread: setmaxnreg's 232) compile, 256x184 do not; three consumers stop at 96.
+  const Template* gemm = Registry::builtin().find("gemm");
+  TemplateRequest r = hopper_request(1, 1204, 8192, 2048);
+  r.spec.params = {{"block_m", 256}, {"block_n", 176}, {"block_k", 64}, {"warps", 12}, {"stages", 3}, {"split_k", 1}, {"swap_ab", 1}, {"mma", "wgmma"}};
+  EXPECT_TRUE(gemm->check(r));
+  r.spec.params["block_n"] = 184;
+  const auto wide = gemm->check(r);
+  ASSERT_FALSE(wide);
+  EXPECT_NE(wide.error().message.find("184 accumulators per thread; the limit is 176"), std::string::npos) << wide.error().message;
+  r.spec.params = {{"block_m", 192}, {"block_n", 200}, {"block_k", 64}, {"warps", 16}, {"stages", 3}, {"split_k", 1}, {"swap_ab", 1}, {"mma", "wgmma"}};
+  EXPECT_FALSE(gemm->check(r));
 }
 
 // Few rows streaming B (M <= 128, not compute-bound) try what cuBLAS runs there: 64-row tiles of
