@@ -186,7 +186,7 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
   if (bn % 64 != 0) {
     // Columns of a K-major B tile are 8-row swizzle atoms; an N-major one is cut into 64-column
     // panels, and the staged store writes C 64 columns at a time. Only the swapped problem
-    // (C^T, stored from registers) with a K-major A (B^T's operand is A) has neither.
+    // (C^T, stored 8 columns at a time) with a K-major A (B^T's operand is A) has neither.
     const auto tb = tma_operand(g, 1);
     if (!swap || !tb || !tb->kmajor || staged_store(g)) {
       p.add("/params/block_n", std::string("the wgmma kernel tiles N in 64-column swizzle atoms: block_n must be 64, 128, 192 or 256") +
@@ -536,12 +536,14 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         // 256 rows are cuBLAS's tiles at 1204x8192x2048 (256x152: M in 8 tiles, 2 waves).
         if (bm >= 192 && (g.M <= 128 || !compute_bound)) continue;
         const int consumers = warps / 4 - 1, max_bn = wgmma_accumulator_limit(consumers) * 2 / (bm / consumers / 64);
-        for (int64_t t = 1, last = 0; t <= (g.M + 7) / 8; ++t) {  // the last: 8-row tiles
-          const int bn = int(((g.M + t - 1) / t + 7) / 8 * 8);
+        // Each tiling of M once, widest first: t tiles of bn rows, bn the narrowest multiple of 8
+        // that cuts M into t (at most 32 widths, whatever M).
+        for (int bn = std::min(256, max_bn) / 8 * 8; g.M > 0 && bn >= 8; bn -= 8) {
+          const int64_t t = (g.M + bn - 1) / bn;
+          if (((g.M + t - 1) / t + 7) / 8 * 8 != bn) continue;
           // Past 8 tiles of M only a ragged M's, 64 rows or more: each tile of M reads all of B,
           // and an M of 64-row tiles has these tilings unswapped.
-          if (bn > std::min(256, max_bn) || bn == last || (t > 8 && (bn < 64 || !ragged))) continue;
-          last = bn;
+          if (t > 8 && (bn < 64 || !ragged)) continue;
           const double efficiency = scale * (bn >= 256 ? 1.0 : bn >= 192 ? 0.95 : bn >= 128 ? 0.9 : bn >= 64 ? 0.8 : 0.6);
           const int64_t tiles = tile_count(w, bm, bn);
           const int split = split_to_fill(w, tiles, kSms * 2 / 3);
@@ -558,7 +560,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         }
       }
       // The three best of 64- to 192-row tiles, and the best of 256 rows besides (at 258x28672x7200
-      // 256x136 and 256x88 would push out 128x136, the H100's best there: 0.2575 ms at 257x28720x7168).
+      // 256x136 and 256x88 would push out 128x136, the H100's best there before 256-row tiles).
       std::stable_sort(swaps.begin(), swaps.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       const auto tall = std::find_if(swaps.begin(), swaps.end(), [](const auto& s) { return s.second["block_m"] == 256; });
       std::optional<json> best_tall;
@@ -567,8 +569,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       if (swaps.size() > 3) swaps.resize(3);
       for (auto& [e, c] : swaps) out.push_back(std::move(c));
       if (best_tall) out.push_back(std::move(*best_tall));
-      // And a ragged M's 128-row tiling in the fewest waves where the problem is compute-bound
-      // (where it is not, tiles of M narrower than needed read B again for nothing).
+      // And, of the 128-row tilings within the margin, the one in the fewest waves (the narrowest
+      // of equals) where M is ragged and the problem compute-bound (where it is not, tiles of M
+      // narrower than needed read B again for nothing).
       if (compute_bound && ragged && fewest && std::find(out.begin(), out.end(), std::get<2>(*fewest)) == out.end()) out.push_back(std::get<2>(*fewest));
     }
     // Few rows streaming B (M <= 128, not compute-bound): the time is B's bytes at the rate the

@@ -183,7 +183,7 @@ def run_case_misaligned(url, workdir, dtype, params):
 def run_case_misaligned_c(url, workdir, dtype, params=None):
     """C starts 2 bytes past a 16-byte boundary, its rows 8-element aligned: the wgmma kernel
     stores whole 16-byte vectors, so such a C must take the mma_sync path and still be right
-    (with swap_ab, C^T is stored from registers by the wgmma kernel itself)."""
+    (with swap_ab the wgmma kernel itself stores C^T one output at a time from its warps' buffers)."""
     M, N, K = 136, 200, 264
     A = torch.randn(M, K, device="cuda").to(DT[dtype])
     B = torch.randn(K, N, device="cuda").to(DT[dtype])
@@ -602,7 +602,7 @@ def main():
         # over M and N (an [M, N] input: the epilogue reads (n, m) as its (m, n)), split-K, a
         # cluster (B^T's blocks share A^T), a batch, M = 1 (8-row tiles), a copied B^T (N odd),
         # a misaligned A (the mma_sync kernel, on the swapped problem too) and a misaligned C
-        # (stored from registers: no TMA, no fallback needed).
+        # (stored one output at a time from the warps' buffers: no TMA, no fallback needed).
         sw = {"block_m": 128, "block_n": 136, "block_k": 64, "warps": 12, "stages": 6, "split_k": 1, "cluster_m": 1, "swap_ab": 1,
               "mma": "wgmma"}
         chain_sw = [{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}, {"op": "mul", "input": 3}]

@@ -27,8 +27,8 @@
 // consumers of every block have released it (the empty barriers count all blocks' arrivals).
 //
 // With swap_ab the renderer gives this kernel the problem C^T = B^T A^T (gemm_cuda.cpp's
-// swapped_ab): M along wgmma's N in 8-row steps, C^T stored from registers, the epilogue
-// called with (n, m) as its (m, n).
+// swapped_ab): M along wgmma's N in 8-row steps, C^T stored through each warp's buffer
+// (STAGED_T), the epilogue called with (n, m) as its (m, n).
 //
 // Rendered by gemm_cuda.cpp after the prelude, <cuda.h>, <type_traits>, the problem's
 // constants, T, TC, kf_epilogue and the mma_sync kernel (mma_sync.cuh, section `kernel`),
@@ -172,10 +172,11 @@ constexpr bool PAIRS = sCn == 1 && sCm % 2 == 0 && sCb % 2 == 0 && offC % 2 == 0
 // code (docs/BENCHMARKS.md). A C whose base breaks the alignment runs the mma_sync kernel.
 constexpr bool STAGED = sizeof(TC) == 2 && sCn == 1 && sCm % 8 == 0 && sCb % 8 == 0 && offC % 8 == 0;
 constexpr uint32_t EPI_WARP_BYTES = 16 * 64 * 2;  // a warp's 16 rows x 64 columns of 16-bit outputs
-// C with this kernel's rows contiguous (swap_ab's C^T: a row of C is a column here), 16-bit and
-// 8-element aligned otherwise: a warp's 16 rows are 32 contiguous bytes of each of its columns,
-// which it transposes through its shared-memory buffer (stmatrix .trans) and stores 16 bytes a
-// thread, full 32-byte sectors, instead of one 2-byte store a thread for each output. On the
+// C with this kernel's rows contiguous (swap_ab's C^T, where a row of C is a column here, or a
+// column-major C), 16-bit and 8-element aligned otherwise: a warp's 16 rows are 32 contiguous
+// bytes of each of its columns, which it transposes through its shared-memory buffer (stmatrix
+// .trans) and stores 16 bytes a thread (whole 32-byte sectors where C's columns start on 32
+// bytes) instead of one 2-byte store a thread for each output. On the
 // H100, 1204x8192x2048 swapped in 256x152 tiles: 0.0612 ms, 0.0690 storing from registers
 // (cuBLAS 0.0588); 3163x1024x1024 in 128x200: 0.0156 ms against 0.0185.
 constexpr bool STAGED_T = !STAGED && sizeof(TC) == 2 && sCm == 1 && sCn % 8 == 0 && sCb % 8 == 0 && offC % 8 == 0;
@@ -365,7 +366,7 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
       for (int h = 0; h < 2; ++h) {
         const int r = lane / 4 + 8 * h, j = c * 8 + u;
         const int64_t m = row0 + r, n = n0 + j * 8 + 2 * (lane % 4);
-        TC pair[2];
+        alignas(4) TC pair[2];
         store_pair(pair, out_value(acc[j * 4 + 2 * h], b, m, n, M/*$EPARGS$*/), out_value(acc[j * 4 + 2 * h + 1], b, m, n + 1, M/*$EPARGS$*/));
         packed[2 * u + h] = *reinterpret_cast<const uint32_t*>(pair);
       }
@@ -385,8 +386,8 @@ __device__ __forceinline__ void store_staged(const float* acc, unsigned char* bu
 }
 
 // Transposing stores of 8x8 16-bit matrices (x4: four, x2: two) from the mma fragment layout
-// (a thread's register holds two adjacent columns of row lane / 4): row i of matrix k lands,
-// transposed (its column i), at the address lane 8k + i gives.
+// (a thread's register holds two adjacent columns of row lane / 4): the address lane 8k + i
+// gives receives column i of matrix k, its 8 rows in a row.
 __device__ __forceinline__ void stmatrix_t4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
 }
@@ -395,7 +396,7 @@ __device__ __forceinline__ void stmatrix_t2(uint32_t addr, uint32_t r0, uint32_t
 }
 // Two outputs rounded to TC, as one 32-bit word (the first in the low half).
 __device__ __forceinline__ uint32_t packed_pair(float x, float y) {
-  TC pair[2];
+  alignas(4) TC pair[2];
   store_pair(pair, x, y);
   return *reinterpret_cast<const uint32_t*>(pair);
 }
