@@ -304,8 +304,6 @@ TEST(GemmChoices, SwappedTilingsFitTheWaves) {
   EXPECT_EQ(ragged.count("128x136/1T"), 1u) << ::testing::PrintToString(ragged);
   EXPECT_EQ(std::count_if(ragged.begin(), ragged.end(), [](const std::string& c) { return c.starts_with("256x") && c.ends_with("T"); }), 1);
   // An M of 64-row tiles gets no more than 8 tiles of it: 3072^3 and 2048x6144x4096 none at all.
-  // Any M costs at most 32 widths of M's tiles a tile height (the search stays instant at 2^30 rows).
-  EXPECT_FALSE(hopper_choices(1, int64_t(1) << 30, 64, 64).empty());
   for (const auto& [m, n, k] : {std::tuple{3072, 3072, 3072}, std::tuple{2048, 6144, 4096}}) {
     for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_FALSE(c.ends_with("T")) << m << "x" << n << "x" << k << ": " << c;
   }
