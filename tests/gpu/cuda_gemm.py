@@ -191,6 +191,25 @@ def run_case_misaligned_c(url, workdir, dtype, params=None):
     return run_views(url, workdir, dtype, A, B, "sm_90a", params, C=C)
 
 
+def run_case_strided_c(url, workdir, dtype, M, N, K, params, ld, col_major=False):
+    """C as a view of rows `ld` elements long (16-byte aligned) holding N columns, B likewise; or
+    with col_major C column-major, its columns `ld` long holding M rows (B contiguous). The wgmma kernel stores
+    a C whose rows are its columns (swap_ab's C^T, or a column-major C) 16 bytes at a time through
+    its warps' buffers; where the contiguous dimension (N swapped, M not) is no multiple of 8 the
+    last vector of every column is stored one output at a time, and must stop at its end."""
+    A = torch.randn(M, K, device="cuda").to(DT[dtype])
+    B = torch.randn(K, N if col_major else ld, device="cuda").to(DT[dtype])[:, :N]
+    # NaN everywhere: what the kernel leaves unwritten fails the comparison, and the padding
+    # past each of C's columns must still be NaN after the call.
+    store = torch.full((N, ld) if col_major else (M, ld), float("nan"), device="cuda", dtype=DT[dtype])
+    C = store[:, :M].t() if col_major else store[:, :N]
+    ok, err, j = run_views(url, workdir, dtype, A, B, "sm_90a", params, C=C)
+    pad = store[:, M if col_major else N:]
+    if not bool(pad.isnan().all()):
+        return False, float("inf"), j
+    return ok, err, j
+
+
 def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
     """A kernel built for M0 rows takes M as an argument (its ABI's M has no value): called on
     M rows for every M of Ms (tensors of the request's strides), it must agree with float64
@@ -654,6 +673,13 @@ def main():
             report(f"wgmma {dtype} swap_ab misaligned A -> mma_sync", run_case_misaligned, url=url, workdir=work, dtype=dtype,
                    params=dict(sw, block_n=136))
             report(f"wgmma {dtype} swap_ab misaligned C", run_case_misaligned_c, url=url, workdir=work, dtype=dtype, params=sw)
+            # The buffered C^T store's ragged last vector: N = 1003 of rows of 1008 (swapped, C^T's
+            # columns are 1003 long), and a column-major C unswapped, its columns 264 and 258 long.
+            report(f"wgmma {dtype} swap_ab staged C^T 128x136 N ragged 258x1003x520", run_case_strided_c, url=url, workdir=work,
+                   dtype=dtype, M=258, N=1003, K=520, params=sw, ld=1008)
+            for m_ in (264, 258):
+                report(f"wgmma {dtype} staged C^T column-major C 128x128 {m_}x1000x520", run_case_strided_c, url=url, workdir=work,
+                       dtype=dtype, M=m_, N=1000, K=520, params=dict(sw, block_n=128, swap_ab=0), ld=264, col_major=True)
         # Clusters of three and four on a ragged M's rows of tiles, B read once and multicast
         # to all: every layout (a K-major B's share is block_n / cluster_m rows), the last
         # cluster's tiles past M (257 rows: 128 + 128 + 1), 64-column panels fewer than the
