@@ -115,9 +115,11 @@ constexpr int64_t GROUP_M = 8;
 // CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
 // is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
 // With TAIL_SPLIT: units [0, dp) are whole tiles, and unit dp + s tail + t part s of the
-// PARTS of K of tile dp + t (none: dp = units, parts = 1).
+// PARTS of K of tile dp + t (none: dp = units, parts = 1). `streamed`: the operand whose TMA
+// loads ask L2 to evict their lines first (1: A, 2: B; 0: neither), see rows_of().
 struct Rows {
   int64_t M, groups_m, units, dp, tail, parts;
+  int streamed;
 };
 // The parts of K that the `tail` tiles past the last full wave are cut into: the count of 2
 // to MAX_PARTS (no more than the K slices, nor the slots hold) whose parts finish soonest in
@@ -130,11 +132,22 @@ __host__ __device__ __forceinline__ int64_t tail_parts(int64_t tail, int64_t res
     if ((tail * p + resident - 1) / resident * best < (tail * best + resident - 1) / resident * p) best = p;
   return best;
 }
-// `resident`: the blocks (clusters) that run at once.
-__host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident) {
+// `resident`: the blocks (clusters) that run at once; `sms`: the GPU's SMs.
+//
+// A problem too small to be compute-bound (fewer 128x256 tiles than SMs, the test of
+// gemm_cuda.cpp's search) streams its larger operand from memory: read once or twice, on to the
+// next K slices, while the smaller one (and split-K's partial sums) are read again from L2.
+// Its loads ask L2 to evict their lines first. On the H100 that took 65x5120x5120 (B^T
+// streaming, swapped 64x72 tiles) from 0.0302 to 0.0280 ms, 181x16512x6184 (B, 128x256 in
+// clusters of two) from 0.0930 to 0.0897, 65x1536x6144 (B, 64x128, K split 5) from 0.0186 to
+// 0.0180; evict_last on the smaller operand added nothing. Decided here, at M, so that a
+// kernel that takes M at run time is the same source for every M.
+__host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident, int64_t sms) {
   const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
   const int64_t tiles = groups_m * TILES_N * kBatch * SPLITS;
-  Rows r{M, groups_m, tiles, tiles, 0, 1};
+  const bool compute_bound = kBatch * ((M + 127) / 128) * ((kN + 255) / 256) >= sms;
+  const int64_t a_rows = M * (A_BATCHED ? kBatch : 1), b_rows = kN * (B_BATCHED ? kBatch : 1);
+  Rows r{M, groups_m, tiles, tiles, 0, 1, compute_bound ? 0 : a_rows >= b_rows ? 1 : 2};
   if constexpr (TAIL_SPLIT > 0) {
     const int64_t tail = tiles % resident, parts = tail_parts(tail, resident, KTILES);
     if (parts > 1) {
@@ -232,13 +245,32 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "@!done bra KF_WAIT;\n"
       "}\n" ::"r"(bar), "r"(parity) : "memory");
 }
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2) {
+// An L2 policy that evicts the lines a load brings in before any other (createpolicy), for
+// the operand Rows::streamed names.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return p;
+}
+// A TMA load of a box at (c0, c1, c2), with the L2 policy `policy` where it is not 0.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1, int c2, uint64_t policy = 0) {
+  if (policy) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "l"(policy) : "memory");
+    return;
+  }
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n"
                ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
 // The same copy, landing at the same offset in every block of `mask` and completing bytes on
 // each one's barrier at `bar`'s offset.
-__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask, int c0, int c1, int c2) {
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, uint16_t mask, int c0, int c1, int c2,
+                                                   uint64_t policy = 0) {
+  if (policy) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint [%0], [%1, {%4, %5, %6}], [%2], %3, %7;\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2), "l"(policy) : "memory");
+    return;
+  }
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%4, %5, %6}], [%2], %3;\n"
                ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "h"(mask), "r"(c0), "r"(c1), "r"(c2) : "memory");
 }
@@ -536,6 +568,7 @@ __device__ __forceinline__ void release(uint32_t bar) {
 __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
                                         const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
+  const uint64_t pa = rows.streamed == 1 ? evict_first_policy() : 0, pb = rows.streamed == 2 ? evict_first_policy() : 0;
   for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
@@ -546,24 +579,24 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
       mbar_expect_tx(bar, STAGE_BYTES);
       const int k0 = kt * BK;
       if (A_KMAJOR) {
-        tma_load(as, &tmA, bar, k0, tile.m0, ba);
+        tma_load(as, &tmA, bar, k0, tile.m0, ba, pa);
       } else {
 #pragma unroll
-        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba);
+        for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba, pa);
       }
       if constexpr (CLUSTER > 1) {  // this block's share of B, to every block of the cluster
         constexpr uint16_t everyone = (1u << CLUSTER) - 1;
         if (B_KMAJOR) {
-          tma_load_multicast(bs + rank * (BN / CLUSTER) * ROW, &tmB, bar, everyone, k0, tile.n0 + rank * (BN / CLUSTER), bb);
+          tma_load_multicast(bs + rank * (BN / CLUSTER) * ROW, &tmB, bar, everyone, k0, tile.n0 + rank * (BN / CLUSTER), bb, pb);
         } else {
 #pragma unroll
-          for (int j = rank; j < BN / 64; j += CLUSTER) tma_load_multicast(bs + j * PANEL, &tmB, bar, everyone, tile.n0 + 64 * j, k0, bb);
+          for (int j = rank; j < BN / 64; j += CLUSTER) tma_load_multicast(bs + j * PANEL, &tmB, bar, everyone, tile.n0 + 64 * j, k0, bb, pb);
         }
       } else if (B_KMAJOR) {
-        tma_load(bs, &tmB, bar, k0, tile.n0, bb);
+        tma_load(bs, &tmB, bar, k0, tile.n0, bb, pb);
       } else {
 #pragma unroll
-        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb);
+        for (int j = 0; j < BN / 64; ++j) tma_load(bs + j * PANEL, &tmB, bar, tile.n0 + 64 * j, k0, bb, pb);
       }
     }
   }
@@ -781,7 +814,7 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
     if (clusters == 0) return cudaErrorInvalidConfiguration;
     resident = clusters;
   }
-  const Rows rows = rows_of(M, resident);
+  const Rows rows = rows_of(M, resident, sms);
   config.gridDim = dim3(unsigned(rows.units < resident ? rows.units : resident) * CLUSTER);
   if ((e = cudaLaunchKernelEx(&config, gemm_wgmma, ma, mb, mc, C, W, rows/*$EPARGS$*/)) != cudaSuccess) return e;
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
