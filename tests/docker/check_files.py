@@ -3,8 +3,8 @@
 override) as a real YAML parser reads it, against the repository's files, and the three
 Dockerfiles against what docs/OPERATIONS.md ("Containers") says they are. The CUDA image
 cannot be built on CI machines (NVIDIA's registry is out of reach), so this is all it gets
-there; tests/docker/run.sh builds and runs the Debian 12 one, tests/docker/rocm.sh the
-Debian 13 ROCm one.
+there; tests/docker/run.sh builds and runs docker/Dockerfile, tests/docker/rocm.sh
+docker/Dockerfile.rocm (both Debian 13, sharing their build stage).
 
 Usage: tests/docker/check_files.py [SOURCE_DIR]. Exit 0 passed, 1 failed, 77 skipped (no
 python3-yaml: scripts/setup.sh installs it).
@@ -335,6 +335,18 @@ def main():
           "docker/Dockerfile.rocm: Debian 13 with its hipcc (ROCm 5.7) and rocBLAS, built against and shipped")
     check("-DKFORGE_ROCBLAS=ON" in read("docker/Dockerfile.rocm"),
           "docker/Dockerfile.rocm: kforge-runner-rocm must link rocBLAS (-DKFORGE_ROCBLAS=ON)")
+    # The two Debian images build in one stage: the same base and instructions up to the compile,
+    # and a compile that differs only in rocBLAS. Then a builder shares those layers, and the
+    # second compile takes every object but the rocm runner's from ccache (same compiler, flags,
+    # paths): CI builds kforge for images once, not twice.
+    plain, with_blas = (stages(parse_dockerfile(read(f)))[0] for f in ("docker/Dockerfile", "docker/Dockerfile.rocm"))
+    steps = lambda st: [(ins, args) for ins, args, _ in st["ins"]]
+    compile_of = lambda st: steps(st)[-1][1] if st["ins"] else ""
+    check(plain["base"] == with_blas["base"] and steps(plain)[:-1] == steps(with_blas)[:-1]
+          and "-DKFORGE_ROCBLAS=OFF" in compile_of(plain)
+          and compile_of(plain).replace("-DKFORGE_ROCBLAS=OFF", "-DKFORGE_ROCBLAS=ON") == compile_of(with_blas),
+          "docker/Dockerfile and docker/Dockerfile.rocm: one build stage (the same base and steps; "
+          "the compile differs only in -DKFORGE_ROCBLAS=OFF/ON)")
     check_compose()
     check_settings_documented()
     print(f"check_files: {len(failures)} failed")

@@ -19,7 +19,7 @@ IMAGE=localhost/kforge:ctest
 BUILD_STAGE=localhost/kforge-build:ctest
 
 docker_test_setup
-debian_base bookworm
+debian_base trixie
 
 # --- build --------------------------------------------------------------------------------
 step "podman build -f docker/Dockerfile"
