@@ -207,7 +207,30 @@ def run_case_strided_c(url, workdir, dtype, M, N, K, params, ld, col_major=False
     pad = store[:, M if col_major else N:]
     if not bool(pad.isnan().all()):
         return False, float("inf"), j
+    # And it was the buffered transposed store that ran: its stmatrix .trans (STSM), which no
+    # other store of the kernel issues, is in the machine code (a kernel that fell back to
+    # storing from registers would pass the comparison too; sass_has_hgmma is the control).
+    if not stsm_forms(artifact(url, j, workdir)):
+        raise AssertionError("no stmatrix (STSM) in the kernel's SASS: C^T was not stored through the warps' buffers")
     return ok, err, j
+
+
+def stsm_forms(path):
+    """{SASS mnemonic: count} of the stmatrix stores (STSM) in a kernel .so (cuobjdump on the GPU host)."""
+    sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+    forms = {}
+    for w in sass.split():
+        if w.startswith("STSM"):
+            forms[w] = forms.get(w, 0) + 1
+    return forms
+
+
+def artifact(url, j, workdir):
+    """The kernel .so of a /kernels answer, fetched into workdir (not loaded)."""
+    path = os.path.join(workdir, j["key"][:16] + ".sass.so")
+    with open(path, "wb") as f:
+        f.write(urllib.request.urlopen(url + j["artifact"]["url"]).read())
+    return path
 
 
 def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
@@ -344,16 +367,20 @@ def gelu_accuracy(url, workdir, dtype, arch, form="erf"):
 
 
 def sass_has_hgmma(url, workdir):
-    """The sm_90a default kernel's machine code issues HGMMA (cuobjdump on the GPU host)."""
+    """The sm_90a default kernel's machine code issues HGMMA, and no stmatrix (cuobjdump on
+    the GPU host)."""
     A = torch.randn(256, 256, device="cuda").half()
     body = {"backend": "cuda", "arch": "sm_90a", "template": "gemm",
             "inputs": [meta("A", A), meta("B", A)], "output": meta("C", A)}
     k = Kernel(url, body, workdir)
-    path = os.path.join(workdir, "hgmma.so")
-    with open(path, "wb") as f:
-        f.write(urllib.request.urlopen(url + k.j["artifact"]["url"]).read())
+    path = artifact(url, k.j, workdir)
     sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
     n = sass.count("HGMMA")
+    # A row-major C is stored without stmatrix: the control of the STSM that run_case_strided_c
+    # requires of the transposed store.
+    forms = stsm_forms(path)
+    if forms:
+        raise AssertionError(f"stmatrix in a row-major C's kernel: {forms}")
     return n > 0, float(n), k.j
 
 
