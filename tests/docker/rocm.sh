@@ -11,7 +11,8 @@
 #
 # Usage: tests/docker/rocm.sh [SOURCE_DIR]. Exit 0 passed, 1 failed, 77 skipped (the reason on
 # stdout) where podman cannot run containers. tests/docker/lib.sh says what works on these
-# machines and what is kept between runs; the Debian 13 base is the one tests/docker/run.sh makes (once).
+# machines and what is kept between runs; the Debian 13 base is shared with tests/docker/run.sh
+# (made once, by whichever runs first).
 set -euo pipefail
 SRC=$(cd "${1:-$(dirname "$0")/../..}" && pwd)
 # shellcheck source=tests/docker/lib.sh

@@ -210,14 +210,13 @@ def run_case_strided_c(url, workdir, dtype, M, N, K, params, ld, col_major=False
     # And it was the buffered transposed store that ran: its stmatrix .trans (STSM), which no
     # other store of the kernel issues, is in the machine code (a kernel that fell back to
     # storing from registers would pass the comparison too; sass_has_hgmma is the control).
-    if not stsm_forms(artifact(url, j, workdir)):
+    if not stsm_forms(sass_of(url, j, workdir)):
         raise AssertionError("no stmatrix (STSM) in the kernel's SASS: C^T was not stored through the warps' buffers")
     return ok, err, j
 
 
-def stsm_forms(path):
-    """{SASS mnemonic: count} of the stmatrix stores (STSM) in a kernel .so (cuobjdump on the GPU host)."""
-    sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
+def stsm_forms(sass):
+    """{SASS mnemonic: count} of the stmatrix stores (STSM) in a kernel's SASS."""
     forms = {}
     for w in sass.split():
         if w.startswith("STSM"):
@@ -225,12 +224,12 @@ def stsm_forms(path):
     return forms
 
 
-def artifact(url, j, workdir):
-    """The kernel .so of a /kernels answer, fetched into workdir (not loaded)."""
+def sass_of(url, j, workdir):
+    """The SASS of a /kernels answer's .so: fetched into workdir (not loaded), cuobjdump on the GPU host."""
     path = os.path.join(workdir, j["key"][:16] + ".sass.so")
     with open(path, "wb") as f:
         f.write(urllib.request.urlopen(url + j["artifact"]["url"]).read())
-    return path
+    return subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True, check=True).stdout
 
 
 def run_case_runtime_m(url, workdir, dtype, params, M0, Ms, N, K, ops=()):
@@ -373,12 +372,11 @@ def sass_has_hgmma(url, workdir):
     body = {"backend": "cuda", "arch": "sm_90a", "template": "gemm",
             "inputs": [meta("A", A), meta("B", A)], "output": meta("C", A)}
     k = Kernel(url, body, workdir)
-    path = artifact(url, k.j, workdir)
-    sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
+    sass = sass_of(url, k.j, workdir)
     n = sass.count("HGMMA")
     # A row-major C is stored without stmatrix: the control of the STSM that run_case_strided_c
     # requires of the transposed store.
-    forms = stsm_forms(path)
+    forms = stsm_forms(sass)
     if forms:
         raise AssertionError(f"stmatrix in a row-major C's kernel: {forms}")
     return n > 0, float(n), k.j
