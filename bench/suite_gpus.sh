@@ -28,30 +28,30 @@ GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 [ "$GPUS" -ge 1 ] 2>/dev/null || { echo "suite_gpus: no GPU (nvidia-smi -L lists none; set GPUS)"; exit 2; }
 JOBS=${JOBS:-$(( $(nproc) / GPUS > 0 ? $(nproc) / GPUS : 1 ))}
 
-part_command() {  # dtype:layout:epilogue -> the part's cuda_suite.py command line
-  local d l e
-  IFS=: read -r d l e <<< "$1"
-  [ -n "$e" ] || { echo "suite_gpus: part '$1' is not dtype:layout:epilogue" >&2; return 1; }
-  echo "python3 bench/cuda_suite.py --kforge $KFORGE --autotune --warm --groups square,llm,bmm" \
-       "--dtypes $d --layouts $l --epilogue $e --jobs $JOBS > $OUTDIR/${e}_${d}_${l}.txt 2>&1"
+run_part() {  # GPU dtype:layout:epilogue: the part's cuda_suite.py on that GPU (DRY_RUN: print it)
+  local g=$1 d l e
+  IFS=: read -r d l e <<< "$2"
+  [ -n "$e" ] || { echo "suite_gpus: part '$2' is not dtype:layout:epilogue" >&2; return 1; }
+  local out="$OUTDIR/${e}_${d}_${l}.txt"
+  local cmd=(python3 bench/cuda_suite.py --kforge "$KFORGE" --autotune --warm --groups "square,llm,bmm"
+             --dtypes "$d" --layouts "$l" --epilogue "$e" --jobs "$JOBS")
+  if [ "${DRY_RUN:-0}" = 1 ]; then
+    echo "gpu $g: CUDA_VISIBLE_DEVICES=$g $(printf '%q ' "${cmd[@]}")> $(printf '%q' "$out") 2>&1"
+    return 0
+  fi
+  local start r
+  start=$(date +%s)
+  CUDA_VISIBLE_DEVICES=$g "${cmd[@]}" > "$out" 2>&1
+  r=$?
+  echo "gpu $g: $2 rc $r in $(( $(date +%s) - start )) s"
+  return $r
 }
 
 failed=0
 for ((g = 0; g < GPUS; ++g)); do
   (
     rc=0
-    for ((i = g; i < ${#parts[@]}; i += GPUS)); do
-      cmd=$(part_command "${parts[$i]}") || { rc=1; continue; }
-      if [ "${DRY_RUN:-0}" = 1 ]; then
-        echo "gpu $g: CUDA_VISIBLE_DEVICES=$g $cmd"
-        continue
-      fi
-      start=$(date +%s)
-      CUDA_VISIBLE_DEVICES=$g bash -c "$cmd"
-      r=$?
-      echo "gpu $g: ${parts[$i]} rc $r in $(( $(date +%s) - start )) s"
-      [ $r -eq 0 ] || rc=1
-    done
+    for ((i = g; i < ${#parts[@]}; i += GPUS)); do run_part "$g" "${parts[$i]}" || rc=1; done
     exit $rc
   ) &
 done
