@@ -18,6 +18,7 @@ Prints the device, then per arm min / median / p90 over the rounds and cuBLAS me
 median. A result worth keeping goes into a commit message or docs/BENCHMARKS.md.
 """
 import argparse
+import concurrent.futures
 import json
 import statistics
 import subprocess
@@ -66,11 +67,13 @@ def main():
           f"a 256 MiB {args.flush}_() before each call")
 
     calls = {}
-    with Service(args.kforge) as service:
-        for spec in args.arm:
-            name, _, arm = spec.partition("=")
-            arm = json.loads(arm) if arm else {}
-            j, call = build(service, gemm_body(m, n, k, args.dtype, bias_gelu, arm.get("params"), arm.get("options")), t, m)
+    arms = {name: json.loads(arm) if arm else {} for name, _, arm in (spec.partition("=") for spec in args.arm)}
+    with Service(args.kforge) as service, concurrent.futures.ThreadPoolExecutor(len(arms)) as pool:
+        # the service compiles the arms at once; each is then checked in the order given
+        built = {name: pool.submit(build, service, gemm_body(m, n, k, args.dtype, bias_gelu, arm.get("params"), arm.get("options")), t, m)
+                 for name, arm in arms.items()}
+        for name, arm in arms.items():
+            j, call = built[name].result()
             t["C"].zero_()
             call()
             torch.cuda.synchronize()
