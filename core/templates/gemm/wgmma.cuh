@@ -25,6 +25,11 @@
 // multicasts that share to all, so L2 sends each B slice once per cluster (a ragged M of three
 // 128-row tiles reads B once, not three times). A stage is then refilled only when the
 // consumers of every block have released it (the empty barriers count all blocks' arrivals).
+// A block's producer, done loading, waits until its stages' last hand-backs have arrived: then
+// no peer will multicast into this block or arrive on its barriers, and the block may leave.
+// (A cluster barrier at the end did the same, and cost 25 % at 961x1536x5376 in pairs of
+// 128x128 tiles on the H200: the idle threads of the producer's warpgroup waited on it
+// through the whole kernel, beside the one that loads.)
 //
 // With swap_ab the renderer gives this kernel the problem C^T = B^T A^T (gemm_cuda.cpp's
 // swapped_ab): M along wgmma's N in 8-row steps, C^T stored through each warp's buffer
@@ -565,7 +570,8 @@ __device__ __forceinline__ void release(uint32_t bar) {
 }
 
 // The producer thread: the TMA loads of every unit's K slices, STAGES ahead of the consumers.
-__device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
+// Returns the slices it loaded.
+__device__ __forceinline__ int64_t produce(const CUtensorMap& tmA, const CUtensorMap& tmB, uint32_t base, uint32_t full, uint32_t empty, int rank,
                                         const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
   const uint64_t pa = rows.streamed == 1 ? evict_first_policy() : 0, pb = rows.streamed == 2 ? evict_first_policy() : 0;
@@ -600,6 +606,7 @@ __device__ __forceinline__ void produce(const CUtensorMap& tmA, const CUtensorMa
       }
     }
   }
+  return it;
 }
 
 // The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
@@ -721,15 +728,17 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   // (2 consumers) or 512 (3) holds, the producer keeps 40 a thread.
   if (wg == CONSUMERS) {  // producer
     if constexpr (CONSUMERS > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-    if (tid == 0) produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
+    if (tid == 0) {
+      const int64_t slices = produce(tmA, tmB, base, full, empty, rank, rows, first_unit, unit_step);
+      if constexpr (CLUSTER > 1) {  // every block's consumers have handed back the last STAGES slices
+        for (int64_t i = slices > STAGES ? slices - STAGES : 0; i < slices; ++i) mbar_wait(empty + 8 * int(i % STAGES), uint32_t(i / STAGES) & 1);
+      }
+    }
   } else {
     if constexpr (CONSUMERS == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     if constexpr (CONSUMERS == 3) asm volatile("setmaxnreg.inc.sync.aligned.u32 152;\n");
     consume(&tmC, C, W, base, full, empty, epi, wg, tid, rank, rows, first_unit, unit_step/*$EPARGS$*/);
   }
-  // A block leaves only once its peers are done: until then a peer may multicast into this
-  // block's shared memory or arrive on its barriers.
-  if constexpr (CLUSTER > 1) cluster_sync();
 }
 
 // cuTensorMapEncodeTiled, from the driver through the runtime (no -lcuda at link time).
