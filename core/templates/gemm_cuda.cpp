@@ -212,15 +212,13 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
                                 " bytes of shared memory; sm_90a has " + std::to_string(cuda_smem_limit("sm_90a")));
   }
   check_split_k(g, q["split_k"], 64, "64", p);
-  if (const int c = q["cluster_m"]; c > 1) {
-    const auto tb = tma_operand(g, 1);
-    if (tb && tb->kmajor && (bn % c != 0 || bn / c % 8 != 0)) {
-      p.add("/params/cluster_m", "each block of a cluster loads block_n / cluster_m rows of a K-major B, whole 8-row swizzle atoms: " +
-                                     std::to_string(bn) + " / " + std::to_string(c) + " is not a multiple of 8");
-    }
-  }
-  if (q.value("tail_split", 0) != 0 && (q["split_k"] != 1 || q["cluster_m"] != 1))
-    p.add("/params/tail_split", "tail_split cuts K itself: it takes split_k 1 and cluster_m 1");
+  // A cluster's blocks load shares of a K-major operand's rows in whole 8-row atoms (the last
+  // one overlapping where the rows do not divide: wgmma.cuh's share_rows), so any cluster_m and
+  // cluster_n that make at most 8 blocks.
+  if (const int m = q["cluster_m"], c = q.value("cluster_n", 1); m * c > 8)
+    p.add("/params/cluster_n", "a cluster is at most 8 blocks: cluster_m " + std::to_string(m) + " x cluster_n " + std::to_string(c) + " is " + std::to_string(m * c));
+  if (q.value("tail_split", 0) != 0 && (q["split_k"] != 1 || q["cluster_m"] != 1 || q.value("cluster_n", 1) != 1))
+    p.add("/params/tail_split", "tail_split cuts K itself: it takes split_k 1, cluster_m 1 and cluster_n 1");
   for (int i = 0; i < 2; ++i) {
     std::string why;
     const int input = swap ? 1 - i : i;  // the swapped problem's A is B^T
@@ -335,7 +333,10 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
            "(workspace_bytes: 320 tiles of block_m x block_n x 4); 0: every tile whole"},
           {"cluster_m", "int", ints({1, 2, 3, 4}), 1,
            "wgmma only: blocks per thread-block cluster, on consecutive tiles of one column that share B, each loading "
-           "1 / cluster_m of B and multicasting it to all (a K-major B: block_n / cluster_m a multiple of 8)"},
+           "1 / cluster_m of B and multicasting it to all"},
+          {"cluster_n", "int", ints({1, 2, 3, 4}), 1,
+           "wgmma only: the cluster's tile columns; its cluster_m x cluster_n blocks (at most 8) take neighbouring tiles, "
+           "those of a row sharing A, those of a column B: each loads 1 / cluster_n of A and multicasts it along its row"},
           {"swap_ab", "int", ints({0, 1}), 0,
            "wgmma only: 1 computes C^T = B^T A^T, so that block_n tiles M in steps of 8 (a ragged or small M: 258 rows in "
            "two tiles of 136, not three of 128); the kernel is then compiled for the request's M (none at run time), "
@@ -670,6 +671,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   if (q["split_k"] != 1 && g.ab == Dtype::kFloat32) p.add("/params/split_k", "split_k is the tensor-core kernels' (16-bit types); float32 takes 1");
   if (q.value("tail_split", 0) != 0) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q.value("cluster_n", 1) != 1) p.add("/params/cluster_n", "cluster_n is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (warps > 12) p.add("/params/warps", "16 warps are the wgmma kernel's (three consumer warpgroups); mma_sync and float32 take 1 to 12");
@@ -781,7 +783,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     workspace_bytes = partial_sums_bytes(w, split_k);
     if (tail_split > 0) workspace_bytes = uint64_t(kTailSlots) * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;
     if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
-    s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>());
+    s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>()).set("cluster_n", q.value("cluster_n", 1));
     s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {

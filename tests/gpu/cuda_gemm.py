@@ -705,28 +705,52 @@ def main():
             for m_ in (264, 258):
                 report(f"wgmma {dtype} staged C^T column-major C 128x128 {m_}x1000x520", run_case_strided_c, url=url, workdir=work,
                        dtype=dtype, M=m_, N=1000, K=520, params=dict(sw, block_n=128, swap_ab=0), ld=264, col_major=True)
-        # Clusters of three and four on a ragged M's rows of tiles, B read once and multicast
-        # to all: every layout (a K-major B's share is block_n / cluster_m rows), the last
-        # cluster's tiles past M (257 rows: 128 + 128 + 1), 64-column panels fewer than the
-        # blocks (128 columns in clusters of three: one block loads no B), split-K, an
-        # epilogue, and a kernel taking M at run time (one cluster row or several).
+        # Clusters on a ragged M's rows of tiles, B read once and multicast to all, and 2-D
+        # clusters (cluster_m x cluster_n neighbouring tiles), A multicast along a cluster's
+        # rows as B is along its columns: every layout (a K-major B's share is block_n /
+        # cluster_m rows, a K-major A's block_m / cluster_n, rounded up to 8-row atoms where they
+        # do not divide, the last share overlapping the one before: 128 rows in three shares of
+        # 48, at rows 0, 48 and 80; 64 in three of 24), the last cluster's tiles past M
+        # (257 rows: 128 + 128 + 1) and past N (1032 columns: 9 tiles of 128 in 5 pairs),
+        # 64-column panels fewer than the blocks (128 columns in clusters of three: one block
+        # loads no B; an M-major A of one 64-row panel in clusters four wide: three blocks of a
+        # row load no A), split-K, an epilogue, swapped (B^T's blocks share A^T and A^T's B^T)
+        # and a kernel taking M at run time (one cluster row or several).
+        clustered = [  # label, M (a column-major A's: a multiple of 8), N, K, params
+            ("cluster_m 3 128x192 split_k 2", 257, 4104, 1000, {"cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5, "split_k": 2}),
+            ("cluster_m 4 64x256", 200, 1000, 520, {"cluster_m": 4, "block_m": 64, "block_n": 256, "warps": 8, "stages": 5}),
+            ("cluster 2x2 128x128", 257, 1032, 1000, {"cluster_m": 2, "cluster_n": 2, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6}),
+            ("cluster 2x4 64x128", 200, 1032, 520, {"cluster_m": 2, "cluster_n": 4, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8}),
+            ("cluster 3x1 128x128", 257, 1032, 1000, {"cluster_m": 3, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6}),
+            ("cluster 1x3 64x128", 200, 1032, 520, {"cluster_n": 3, "block_m": 64, "block_n": 128, "warps": 8, "stages": 8})]
         for dtype in ("float16", "bfloat16"):
             for layout in range(4):
                 ta, tb = bool(layout // 2), bool(layout % 2)
-                m = 264 if ta else 257
-                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} cluster_m 3 128x192 split_k 2 {m}x4104x1000", run_case, url=url, workdir=work,
-                       dtype=dtype, M=m, N=4104, K=1000, ta=ta, tb=tb, arch="sm_90a",
-                       params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5, "split_k": 2})
-                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} cluster_m 4 64x256 200x1000x520", run_case, url=url, workdir=work,
-                       dtype=dtype, M=200, N=1000, K=520, ta=ta, tb=tb, arch="sm_90a",
-                       params={**c2, "cluster_m": 4, "block_m": 64, "block_n": 256, "warps": 8, "stages": 5})
-            report(f"wgmma {dtype} NN cluster_m 3 128x128 257x4096x4096 add+gelu", run_case, url=url, workdir=work, dtype=dtype,
-                   M=257, N=4096, K=4096, ta=False, tb=False, ops=[{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}],
-                   extra=[("bias", torch.randn(4096, device="cuda", dtype=torch.float32))], arch="sm_90a",
-                   params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6})
-        report("wgmma float16 runtime M cluster_m 3 128x192", run_case_runtime_m, url=url, workdir=work, dtype="float16",
-               params={**c2, "cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5},
-               M0=257, Ms=[1, 129, 257, 385, 2049], N=4104, K=1000, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
+                for label, m0, n, k, p in clustered:
+                    m = 264 if ta and m0 % 8 else m0
+                    report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} {label} {m}x{n}x{k}", run_case, url=url, workdir=work,
+                           dtype=dtype, M=m, N=n, K=k, ta=ta, tb=tb, arch="sm_90a", params={**c2, **p})
+            for label, n, p in (("cluster_m 3 128x128", 4096, {"cluster_m": 3, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6}),
+                                ("cluster 1x2 128x256", 1032, {"cluster_n": 2, "block_m": 128, "block_n": 256, "warps": 12, "stages": 4})):
+                report(f"wgmma {dtype} NN {label} 257x{n}x{n} add+gelu", run_case, url=url, workdir=work, dtype=dtype,
+                       M=257, N=n, K=n, ta=False, tb=False, ops=gelu_bias, arch="sm_90a",
+                       extra=[("bias", torch.randn(n, device="cuda", dtype=torch.float32))], params={**c2, **p})
+            report(f"wgmma {dtype} NN cluster 2x2 128x128 split_k 3 257x1032x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=257, N=1032, K=1000, ta=False, tb=False, arch="sm_90a",
+                   params={**c2, "cluster_m": 2, "cluster_n": 2, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6, "split_k": 3})
+            report(f"wgmma {dtype} swap_ab 128x144 cluster 2x2 258x2000x520", run_case, url=url, workdir=work, dtype=dtype, M=258,
+                   N=2000, K=520, ta=False, tb=False, arch="sm_90a",
+                   params=dict(sw, block_n=144, stages=5, cluster_m=2, cluster_n=2))
+            # A^T's K-major rows in shares that are no multiple of 8: 88 in two (0-47, 40-87),
+            # 72 in four of 24 (the last two the same rows).
+            for label, m_, n, p in (("128x88 cluster 2x1", 961, 1536, dict(block_n=88, stages=7, cluster_m=2)),
+                                    ("128x72 cluster 4x2", 1000, 1000, dict(block_n=72, stages=7, cluster_m=4, cluster_n=2))):
+                report(f"wgmma {dtype} swap_ab {label} {m_}x{n}x1000", run_case, url=url, workdir=work, dtype=dtype, M=m_,
+                       N=n, K=1000, ta=False, tb=False, arch="sm_90a", params=dict(sw, **p))
+        for label, n, p in (("cluster_m 3 128x192", 4104, {"cluster_m": 3, "block_m": 128, "block_n": 192, "warps": 12, "stages": 5}),
+                            ("cluster 2x2 128x128", 1032, {"cluster_m": 2, "cluster_n": 2, "block_m": 128, "block_n": 128, "warps": 12, "stages": 6})):
+            report(f"wgmma float16 runtime M {label}", run_case_runtime_m, url=url, workdir=work, dtype="float16", params={**c2, **p},
+                   M0=257, Ms=[1, 129, 257, 385, 2049], N=n, K=1000, ops=chain_ts)
         # 192-row tiles: three consumer warpgroups of 64 rows (16 warps), every layout, the last
         # tile row past M, an epilogue, a cut tail, split-K, a cluster (a K-major B's share of
         # 128 / 2 rows), swapped (192 rows of N by 176 of M: 513 rows in three tiles) and M at

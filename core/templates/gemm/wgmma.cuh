@@ -20,11 +20,14 @@
 // through its own shared-memory buffer, 64 columns at a time, from which the TMA unit writes
 // them to C (where C's layout allows).
 //
-// With CLUSTER > 1 (2 to 4) the blocks run as a thread-block cluster on CLUSTER consecutive
-// tiles of a column, which share B: each block loads its own A and 1 / CLUSTER of B, and
-// multicasts that share to all, so L2 sends each B slice once per cluster (a ragged M of three
-// 128-row tiles reads B once, not three times). A stage is then refilled only when the
-// consumers of every block have released it (the empty barriers count all blocks' arrivals).
+// With CLUSTER > 1 the blocks run as a thread-block cluster on CLUSTER_M x CLUSTER_N
+// neighbouring tiles (CLUSTER_M consecutive rows of CLUSTER_N consecutive columns; rank r is
+// row r % CLUSTER_M, column r / CLUSTER_M). The blocks of a column share B, those of a row
+// share A: each block loads 1 / CLUSTER_M of its B and 1 / CLUSTER_N of its A and multicasts
+// each share to the blocks that share it, so L2 sends each slice once per cluster row or
+// column (a ragged M of three 128-row tiles reads B once, not three times). A stage is then
+// refilled only when the consumers of every block have released it (the empty barriers count
+// all blocks' arrivals).
 // A block's producer, done loading, waits until its stages' last hand-backs have arrived: then
 // no peer will multicast into this block or arrive on its barriers, and the block may leave.
 // (A cluster barrier at the end did the same, and cost 25 % at 961x1536x5376 in pairs of
@@ -71,6 +74,7 @@ using TC = half;
 #define $split_k$ 2
 #define $tail_split$ 0
 #define $cluster_m$ 2
+#define $cluster_n$ 1
 #define $a_kmajor$ true
 #define $b_kmajor$ false
 #define $a_batched$ false
@@ -102,23 +106,25 @@ using TC = half;
 // @section wgmma
 
 namespace wg {
-constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$, CLUSTER = $cluster_m$;
+constexpr int BM = $bm$, BN = $bn$, BK = 64, STAGES = $stages$, CONSUMERS = $consumers$, SPLIT_K = $split_k$;
+constexpr int CLUSTER_M = $cluster_m$, CLUSTER_N = $cluster_n$, CLUSTER = CLUSTER_M * CLUSTER_N;
 constexpr int TAIL_SPLIT = $tail_split$;  // 0: every tile whole; 1: the last partial wave's tiles cut into parts of K
 // The tail split's workspace slots (one BM x BN float tile each: a part of a tile), and the
 // most parts a tile is cut into.
 constexpr int64_t MAX_SLOTS = 320, MAX_PARTS = 8;
-static_assert(TAIL_SPLIT == 0 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m 1");
+static_assert(TAIL_SPLIT == 0 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m and cluster_n 1");
 constexpr int THREADS = (CONSUMERS + 1) * 128;
 constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
 constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
-constexpr int64_t TILES_N = (kN + BN - 1) / BN;
+constexpr int64_t TILES_N = (kN + BN - 1) / BN, GROUPS_N = (TILES_N + CLUSTER_N - 1) / CLUSTER_N;  // columns of tiles, of clusters
 constexpr int64_t GROUP_M = 8;
-// What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER t .. CLUSTER t +
-// CLUSTER - 1 of a column (the last group may reach past M: TMA reads zeros there and nothing
-// is stored); `units` counts a cluster's units of work, `groups_m` its groups of tile rows.
+// What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER_M t ..
+// CLUSTER_M t + CLUSTER_M - 1 of columns CLUSTER_N u .. (the last groups may reach past M or
+// N: TMA reads zeros there and nothing is stored); `units` counts a cluster's units of work,
+// `groups_m` its groups of tile rows.
 // With TAIL_SPLIT: units [0, dp) are whole tiles, and unit dp + s tail + t part s of the
 // PARTS of K of tile dp + t (none: dp = units, parts = 1). `streamed`: the operand whose TMA
 // loads ask L2 to evict their lines first (1: A, 2: B; 0: neither), see rows_of().
@@ -148,8 +154,8 @@ __host__ __device__ __forceinline__ int64_t tail_parts(int64_t tail, int64_t res
 // 0.0180; evict_last on the smaller operand added nothing. Decided here, at M, so that a
 // kernel that takes M at run time is the same source for every M.
 __host__ __device__ __forceinline__ Rows rows_of(int64_t M, int64_t resident, int64_t sms) {
-  const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER - 1) / CLUSTER;
-  const int64_t tiles = groups_m * TILES_N * kBatch * SPLITS;
+  const int64_t groups_m = ((M + BM - 1) / BM + CLUSTER_M - 1) / CLUSTER_M;
+  const int64_t tiles = groups_m * GROUPS_N * kBatch * SPLITS;
   const bool compute_bound = kBatch * ((M + 127) / 128) * ((kN + 255) / 256) >= sms;
   const int64_t a_rows = M * (A_BATCHED ? kBatch : 1), b_rows = kN * (B_BATCHED ? kBatch : 1);
   Rows r{M, groups_m, tiles, tiles, 0, 1, compute_bound ? 0 : a_rows >= b_rows ? 1 : 2};
@@ -203,6 +209,16 @@ constexpr bool STAGED_T = !STAGED && sizeof(TC) == 2 && sCm == 1 && sCn % 8 == 0
 // N-major tile as [rows / 64 panels][64 (K)][64].
 constexpr uint32_t ROW = 128, ATOM = 8 * ROW, PANEL = 64 * ROW;  // bytes
 constexpr uint32_t A_BYTES = BM * BK * 2, B_BYTES = BN * BK * 2, STAGE_BYTES = A_BYTES + B_BYTES;
+// A cluster's blocks each load a share of a K-major operand's rows (B's along a cluster column,
+// A's along a row): SHARE_B (SHARE_A) rows, whole 8-row swizzle atoms, the last share ending at
+// the tile's last row, so that where BN / CLUSTER_M is no multiple of 8 (88 rows in two) the
+// shares overlap (rows 0-47 and 40-87) and the overlap arrives twice, with the same bytes.
+__host__ __device__ constexpr int share_rows(int rows, int blocks) { return ((rows + blocks - 1) / blocks + 7) / 8 * 8; }
+constexpr int SHARE_A = share_rows(BM, CLUSTER_N), SHARE_B = share_rows(BN, CLUSTER_M);
+__device__ __forceinline__ int share_at(int rows, int share, int r) { return r * share < rows - share ? r * share : rows - share; }
+// The bytes a stage's full barrier sees arrive: the tiles, plus the shares' overlaps.
+constexpr uint32_t ARRIVING_BYTES = (A_KMAJOR && CLUSTER_N > 1 ? CLUSTER_N * SHARE_A * BK * 2 : A_BYTES) +
+                                    (B_KMAJOR && CLUSTER_M > 1 ? CLUSTER_M * SHARE_B * BK * 2 : B_BYTES);
 constexpr uint32_t BARRIER_BYTES = (16 * STAGES + 127) / 128 * 128;  // 2 mbarriers a stage
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024 + BARRIER_BYTES + CONSUMERS * 4 * EPI_WARP_BYTES;  // + alignment slack
 
@@ -336,15 +352,16 @@ __device__ __forceinline__ void wgmma(float (&d)[BN / 2], uint64_t a, uint64_t b
 struct Tile {
   int b, m0, n0;
 };
-// `rank`: the block's place in its cluster, whose tiles are consecutive rows.
+// `rank`: the block's place in its cluster (row rank % CLUSTER_M, column rank / CLUSTER_M of
+// the cluster's tiles); t counts clusters' places.
 __device__ __forceinline__ Tile tile_at(int64_t t, int rank, int64_t groups_m) {
-  constexpr int64_t GROUP = GROUP_M * TILES_N;
-  const int64_t per_batch = groups_m * TILES_N;  // one batch: no 64-bit division by it
+  constexpr int64_t GROUP = GROUP_M * GROUPS_N;
+  const int64_t per_batch = groups_m * GROUPS_N;  // one batch: no 64-bit division by it
   const int b = kBatch == 1 ? 0 : int(t / per_batch);
   const int64_t r = kBatch == 1 ? t : t % per_batch, first = r / GROUP * GROUP_M;
   const int64_t rows = groups_m - first < GROUP_M ? groups_m - first : GROUP_M;
   const int64_t tm = first + (r % GROUP) % rows, tn = (r % GROUP) / rows;
-  return {b, int((tm * CLUSTER + rank) * BM), int(tn * BN)};
+  return {b, int((tm * CLUSTER_M + rank % CLUSTER_M) * BM), int((tn * CLUSTER_N + rank / CLUSTER_M) * BN)};
 }
 
 // A unit of work: its tile, and its part of the tile's K range, slices [k0, k1) of split
@@ -558,6 +575,15 @@ cudaError_t pack_into(const T* src, T* dst, int64_t inner, int64_t outer, int64_
   return cudaGetLastError();
 }
 
+// The blocks of a cluster's first row and column of tiles, as multicast masks (bit r: rank
+// r); row rm's blocks are FIRST_ROW << rm, column rn's FIRST_COLUMN << (rn * CLUSTER_M).
+constexpr uint32_t first_row() {
+  uint32_t m = 0;
+  for (int c = 0; c < CLUSTER_N; ++c) m |= 1u << (CLUSTER_M * c);
+  return m;
+}
+constexpr uint32_t FIRST_ROW = first_row(), FIRST_COLUMN = (1u << CLUSTER_M) - 1;
+
 // Hands a stage back: to this block's producer, and with a cluster to every peer's as well
 // (their multicasts also write into this block's stage).
 __device__ __forceinline__ void release(uint32_t bar) {
@@ -575,6 +601,7 @@ __device__ __forceinline__ int64_t produce(const CUtensorMap& tmA, const CUtenso
                                         const Rows rows, int64_t first_unit, int64_t unit_step) {
   int64_t it = 0;
   const uint64_t pa = rows.streamed == 1 ? evict_first_policy() : 0, pb = rows.streamed == 2 ? evict_first_policy() : 0;
+  const int rm = rank % CLUSTER_M, rn = rank / CLUSTER_M;  // this block's row and column in the cluster
   for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows)) {
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
     const int ba = A_BATCHED ? tile.b : 0, bb = B_BATCHED ? tile.b : 0;
@@ -582,21 +609,29 @@ __device__ __forceinline__ int64_t produce(const CUtensorMap& tmA, const CUtenso
       const int s = int(it % STAGES);
       if (it >= STAGES) mbar_wait(empty + 8 * s, uint32_t(it / STAGES - 1) & 1);
       const uint32_t as = base + s * STAGE_BYTES, bs = as + A_BYTES, bar = full + 8 * s;
-      mbar_expect_tx(bar, STAGE_BYTES);
+      mbar_expect_tx(bar, ARRIVING_BYTES);
       const int k0 = kt * BK;
-      if (A_KMAJOR) {
+      if constexpr (CLUSTER_N > 1) {  // this block's share of A, to the blocks of its row
+        if (A_KMAJOR) {
+          const int r0 = share_at(BM, SHARE_A, rn);
+          tma_load_multicast(as + r0 * ROW, &tmA, bar, uint16_t(FIRST_ROW << rm), k0, tile.m0 + r0, ba, pa);
+        } else {
+#pragma unroll
+          for (int j = rn; j < BM / 64; j += CLUSTER_N) tma_load_multicast(as + j * PANEL, &tmA, bar, uint16_t(FIRST_ROW << rm), tile.m0 + 64 * j, k0, ba, pa);
+        }
+      } else if (A_KMAJOR) {
         tma_load(as, &tmA, bar, k0, tile.m0, ba, pa);
       } else {
 #pragma unroll
         for (int j = 0; j < BM / 64; ++j) tma_load(as + j * PANEL, &tmA, bar, tile.m0 + 64 * j, k0, ba, pa);
       }
-      if constexpr (CLUSTER > 1) {  // this block's share of B, to every block of the cluster
-        constexpr uint16_t everyone = (1u << CLUSTER) - 1;
+      if constexpr (CLUSTER_M > 1) {  // this block's share of B, to the blocks of its column
         if (B_KMAJOR) {
-          tma_load_multicast(bs + rank * (BN / CLUSTER) * ROW, &tmB, bar, everyone, k0, tile.n0 + rank * (BN / CLUSTER), bb, pb);
+          const int r0 = share_at(BN, SHARE_B, rm);
+          tma_load_multicast(bs + r0 * ROW, &tmB, bar, uint16_t(FIRST_COLUMN << (rn * CLUSTER_M)), k0, tile.n0 + r0, bb, pb);
         } else {
 #pragma unroll
-          for (int j = rank; j < BN / 64; j += CLUSTER) tma_load_multicast(bs + j * PANEL, &tmB, bar, everyone, tile.n0 + 64 * j, k0, bb, pb);
+          for (int j = rm; j < BN / 64; j += CLUSTER_M) tma_load_multicast(bs + j * PANEL, &tmB, bar, uint16_t(FIRST_COLUMN << (rn * CLUSTER_M)), tile.n0 + 64 * j, k0, bb, pb);
         }
       } else if (B_KMAJOR) {
         tma_load(bs, &tmB, bar, k0, tile.n0, bb, pb);
@@ -792,8 +827,8 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
     b = copy;
   }
   CUtensorMap ma, mb, mc = {};  // C's map: written 16 rows x 64 columns at a time, by the staged store only
-  e = make_map(&ma, a, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? BM : 64);
-  if (e == cudaSuccess) e = make_map(&mb, b, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? BN / CLUSTER : 64);
+  e = make_map(&ma, a, $a_inner$, $a_outer$, $a_batch$, $a_outer_stride$, $a_batch_stride$, 64, A_KMAJOR ? SHARE_A : 64);
+  if (e == cudaSuccess) e = make_map(&mb, b, $b_inner$, $b_outer$, $b_batch$, $b_outer_stride$, $b_batch_stride$, 64, B_KMAJOR ? SHARE_B : 64);
   // A one-row C has no row stride (sCm is 0 there); the map takes a row's length instead.
   constexpr uint64_t C_ROW = sCm != 0 ? uint64_t(sCm) : (uint64_t(kN) + 7) / 8 * 8;
   if (e == cudaSuccess && STAGED && SPLITS == 1)
