@@ -310,13 +310,14 @@ def main():
                       f"runner phases of each choice (ms): "
                       f"{[{k: round(v) for k, v in c.get('benchmark', {}).get('phases_ms', {}).items()} for c in j.get('choices', [])]}",
                       flush=True)
-                # The ranking: each choice's median and what sets it apart from the default tiling (/t: tail_split; /T: swap_ab,
-                # where block_n tiles M).
+                # The ranking: each choice's median and what sets it apart from the default tiling (/c2x2: cluster_m x cluster_n;
+                # /t: tail_split; /T: swap_ab, where block_n tiles M).
                 print(f"{'':>42}ranked: " + "; ".join(
                     f"{c.get('benchmark', {}).get('median_ms', float('nan')):.4f} "
                     f"{c.get('params', {}).get('block_m')}x{c.get('params', {}).get('block_n')}"
                     f"/s{c.get('params', {}).get('stages')}/w{c.get('params', {}).get('warps')}"
                     f"/k{c.get('params', {}).get('split_k', 1)}/c{c.get('params', {}).get('cluster_m', 1)}"
+                    f"{'x' + str(c['params']['cluster_n']) if c.get('params', {}).get('cluster_n', 1) > 1 else ''}"
                     f"{'/t' if c.get('params', {}).get('tail_split', 0) else ''}"
                     f"{'/T' if c.get('params', {}).get('swap_ab', 0) else ''}"
                     for c in j.get("choices", [])), flush=True)

@@ -508,6 +508,28 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       if (clusters.size() > 3) clusters.resize(3);
       for (auto& [e, c] : clusters) out.push_back(std::move(c));
     }
+    // A small problem (not compute-bound) whose A or B rows are off 128 bytes: clusters that
+    // multicast that operand (cluster_n 2 shares A along a row of tiles, cluster_m 2 B along a
+    // column) halve its requests. 1000^3 on the H200 (bench/gemm_ab.py, fp16): 128x64 tiles
+    // 0.0158 ms alone, 0.0134 in 1x2; 128x128 0.0145 alone, 0.0135 in 2x2 (cuBLAS 0.0116, in
+    // clusters of 4x2); pairs gained nothing where the rows are aligned (1024^3, 961x1536x1024,
+    // 512x2048x2048: 0-5 % slower). For 128x128 and 128x64, the first of 2x2 (both off), 1x2
+    // (A off), 2x1 (B off) whose clusters all run at once: 66 pairs, 30 of four
+    // (cudaOccupancyMaxActiveClusters on the H200; 128x64 in 2x2 at 1000^3 is 32 clusters,
+    // two rounds, 0.0159).
+    if (!compute_bound && g.batch == 1 && g.M > 64 && (a_off || b_off)) {
+      for (auto [bm, bn, stages] : {std::tuple{128, 128, 6}, std::tuple{128, 64, 8}}) {
+        const int64_t rows = (g.M + bm - 1) / bm, cols = (g.N + bn - 1) / bn;
+        for (auto [cm, cn] : {std::pair{2, 2}, std::pair{1, 2}, std::pair{2, 1}}) {
+          if ((cm == 2 && !b_off) || (cn == 2 && !a_off)) continue;
+          const int64_t clusters = (rows + cm - 1) / cm * ((cols + cn - 1) / cn);
+          if (clusters > (cm * cn == 4 ? 30 : kSms / 2)) continue;
+          out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", 12}, {"stages", stages}, {"split_k", 1},
+                         {"cluster_m", cm}, {"cluster_n", cn}, {"mma", "wgmma"}});
+          break;
+        }
+      }
+    }
     // A ragged or small M (258 rows: three 128-row tiles, the last one all but idle) runs
     // better swapped (swap_ab: C^T = B^T A^T), where M lies along wgmma's N and is cut into
     // tiles of any multiple of 8 rows: 258 in two of 136. The same freedom fits a partial wave:

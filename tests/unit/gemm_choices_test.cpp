@@ -40,7 +40,7 @@ TemplateRequest hopper_request(int64_t batch, int64_t M, int64_t N, int64_t K) {
   return r;
 }
 
-// "bm x bn / split", "c2" for a cluster of two and "T" for swap_ab (C^T = B^T A^T: bn tiles M), for
+// "bm x bn / split", "c2" for a cluster of two (along M; "n2": along N) and "T" for swap_ab (C^T = B^T A^T: bn tiles M), for
 // each choice; an mma_sync one (only where an operand is copied) as "ms bm x bn x bk / split".
 std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
   const TemplateRequest r = hopper_request(batch, M, N, K);
@@ -54,6 +54,7 @@ std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, i
     EXPECT_EQ(c.value("mma", ""), "wgmma") << c.dump();
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
                std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) > 1 ? "c" + std::to_string(c["cluster_m"].get<int>()) : "") +
+               (c.value("cluster_n", 1) > 1 ? "n" + std::to_string(c["cluster_n"].get<int>()) : "") +
                (c.value("tail_split", 0) > 0 ? "t" : "") + (c.value("swap_ab", 0) ? "T" : ""));
   }
   return out;
@@ -210,7 +211,7 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
 // adds clusters of two, which read B once for both blocks (0.74x and 0.86x cuBLAS on the H100
 // before, 0.96x and 0.93x with them), and the model puts tiles that ask for more than 512
 // requests a K slice behind. A's rows off 128 bytes alone add no cluster.
-TEST(GemmChoices, RowsOff128BytesTryClustersThatReadBOnce) {
+TEST(GemmChoices, RowsOff128BytesTryClustersThatReadTheOperandOnce) {
   // 110 tiles of 128x256 (10 rows), 98 of 192x192: fewer than the SMs, more than half.
   const auto single_wave = hopper_choices(1, 1212, 2600, 6888);
   EXPECT_EQ(single_wave.count("128x256/1c2"), 2u) << ::testing::PrintToString(single_wave);
@@ -227,6 +228,19 @@ TEST(GemmChoices, RowsOff128BytesTryClustersThatReadBOnce) {
     for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_EQ(c.find("c2"), std::string::npos) << m << "x" << n << "x" << k << " " << c;
   }
   for (const std::string& c : hopper_choices(1, 3072, 3072, 3072)) EXPECT_EQ(c.find("c2"), std::string::npos) << c;
+  // A small problem with A's and B's rows off (1000^3: 2000-byte rows): 128x128 in 2x2 (16
+  // clusters of four), 128x64 in 1x2 (its 2x2 would be 32 clusters, more than the 30 that run at
+  // once; 64 pairs do). Only A off (K = 1000, N = 1024): pairs along N. Aligned (1024^3): none.
+  const auto both_off = hopper_choices(1, 1000, 1000, 1000);
+  EXPECT_EQ(both_off.count("128x128/1c2n2"), 1u) << ::testing::PrintToString(both_off);
+  EXPECT_EQ(both_off.count("128x64/1n2"), 1u) << ::testing::PrintToString(both_off);
+  const auto a_off = hopper_choices(1, 1000, 1024, 1000);
+  EXPECT_EQ(a_off.count("128x128/1n2"), 1u) << ::testing::PrintToString(a_off);
+  EXPECT_EQ(a_off.count("128x64/1n2"), 1u) << ::testing::PrintToString(a_off);
+  for (const std::string& c : hopper_choices(1, 1024, 1024, 1024)) EXPECT_EQ(c.find('n'), std::string::npos) << c;
+  // Too many clusters to run at once (1212x2600x6888, B off: 105 pairs of 128x128): none.
+  EXPECT_EQ(single_wave.count("128x128/1c2"), 0u);
+  EXPECT_EQ(single_wave.count("128x64/1c2"), 0u);
 }
 
 // swap_ab (C^T = B^T A^T) tiles M along wgmma's N in steps of 8: 258 rows in two tiles of 136,

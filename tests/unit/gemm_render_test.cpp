@@ -337,7 +337,7 @@ const std::map<std::string, std::pair<std::string, std::string>> kPinned = {
     {"cuda/sm_90a/bf16/wgmma/tt-f32out", {"46559eabacfd8e9df5de51ad4e625998961991f804e01b6b440093f969e905b0", "08e23e67a7152503d2e1617495694010763b03349221c1f7aa310c193c146e7e"}},
     {"cuda/sm_90a/f16/wgmma/tn-params", {"ac6d74abfd0a74ebd37cd4ecc36aee5ede39730b2972cfe51b1c0b41f1eb33fc", "49f64d19d6dd1069ef5b916eb6354630a3c1a2ea8c900ca150a59c4e948a44ed"}},
     {"cuda/sm_90a/f16/wgmma/cluster", {"6a2f2a49d2a3733744f57d204b437c970efc89db96fda3c9d63b41ad77e758d5", "c4921b595b068b1da89b38ad009bfb562d035b5e1ee53cec33a602e5befb651d"}},
-    {"cuda/sm_90a/f16/wgmma/cluster-2d", {"de25bcaeb46dc7b2b4d41eecef496fbebb8757b32ece4abbc7d7e5084192dd1d", "3ac3256bfa53848e187e5a6bb01544a5460a282baa32d5886662aa7872e1a888"}},
+    {"cuda/sm_90a/f16/wgmma/cluster-2d", {"de25bcaeb46dc7b2b4d41eecef496fbebb8757b32ece4abbc7d7e5084192dd1d", "ddef6c5abeed3990949e81cccc42183fcb95b8df9151a527a9c1a54890a09117"}},
     {"cuda/sm_90a/f16/wgmma/batched-shared", {"defd8f6623ab48c3d7acef7595d64309140948cb2c34b451d78599cb36ca304e", "a8cd2cc3d3ee7efcc54196961f1609680ba328a856f161a738dc51fe61ef16b4"}},
     {"cuda/sm_90a/f16/wgmma/batched-shared/reference", {"f010cd264a185e3e2a5bd2eec7723f1f911b0b621c078aa2819bd759696a29cb", "5d668ce41400b0e64627af15c9c5e8ca7389f817b838cea7c51283da3b1daa47"}},
     {"cuda/sm_90a/f16/wgmma/padded-c", {"af0a6366215f849af5dc518a41e5f61f7f7cb8aa9be2a674db6aa072099a8bc0", "4b72d27138539cb24809e40d385cedc5f1f3362fbf8cbd4e2e6a5ee4d29e605c"}},
