@@ -496,7 +496,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         const int64_t rows = (g.M + t.bm - 1) / t.bm, cols = (g.N + t.bn - 1) / t.bn;
         if (t.cluster_m > 1 || rows < 2 || rows > 4 || !seen.insert({t.bm, t.bn}).second) continue;
         const int c = int(rows);
-        if (tb && tb->kmajor && (t.bn % c != 0 || t.bn / c % 8 != 0)) continue;  // a block's share of a K-major B: whole 8-row atoms
+        // A K-major B whose rows do not split into whole 8-row atoms per block would load the
+        // shares' overlap twice (wgmma.cuh's share_rows); not measured here, so not tried.
+        if (tb && tb->kmajor && (t.bn % c != 0 || t.bn / c % 8 != 0)) continue;
         const int64_t blocks = rows * cols;
         const int split = split_to_fill(g, blocks, kSms * 2 / 3);
         const double bytes = double(cols) * double(g.M) * double(g.K) + double(g.K) * double(g.N);

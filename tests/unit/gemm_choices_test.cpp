@@ -210,7 +210,8 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
 // B's rows off 128 bytes (N = 2600 or 2792) cost its TMA rows two L2 requests each: the search
 // adds clusters of two, which read B once for both blocks (0.74x and 0.86x cuBLAS on the H100
 // before, 0.96x and 0.93x with them), and the model puts tiles that ask for more than 512
-// requests a K slice behind. A's rows off 128 bytes alone add no cluster.
+// requests a K slice behind. A small problem with A's or B's rows off tries 128x128 and 128x64
+// in clusters that multicast the off operand (2x2, 1x2 or 2x1), where they all run at once.
 TEST(GemmChoices, RowsOff128BytesTryClustersThatReadTheOperandOnce) {
   // 110 tiles of 128x256 (10 rows), 98 of 192x192: fewer than the SMs, more than half.
   const auto single_wave = hopper_choices(1, 1212, 2600, 6888);
