@@ -15,6 +15,10 @@ With --vendor it calls torch.mm instead, so that cuBLAS's kernel is profiled the
 call is torch._addmm_activation(bias, A, B, use_gelu=True): cuBLASLt's own fused bias + gelu
 (the tanh form), the baseline the suite compares with.
 
+With `--set full` and `-o REPORT`, `ncu -i REPORT --page source --csv --print-source sass`
+exports the SASS with each instruction's executions and stall samples; bench/ncu_source.py sums
+that up per block (a main loop's instructions per K slice against cuBLAS's).
+
 The profiles taken so far are summed up in the commits that "What was tried" in
 docs/BENCHMARKS.md names.
 """
