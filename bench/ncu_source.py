@@ -48,13 +48,17 @@ def read(path):
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     kernel = rows[0][1] if rows and len(rows[0]) > 1 and rows[0][0] == "Kernel Name" else "?"
-    header = next((r for r in rows if "Source" in r and "Instructions Executed" in r), None)
+    needed = ("Source", "Instructions Executed", "Warp Stall Sampling (All Samples)")
+    header = next((r for r in rows if all(n in r for n in needed)), None)
     if header is None:
-        sys.exit(f"{path}: no header with Source and Instructions Executed (ncu ... --page source --csv --print-source sass)")
+        sys.exit(f"{path}: no header with {', '.join(needed)} (a report taken with --set full, exported with "
+                 "ncu -i REPORT --page source --csv --print-source sass)")
     at = {name: i for i, name in enumerate(header)}
     reasons = [n for n in header if n.startswith("stall_") and "(Not Issued)" not in n]
     lines = []
     for r in rows[rows.index(header) + 1:]:
+        if r and r[0] == "Kernel Name":  # the next kernel's page: one kernel a report, as --launch-count 1 takes
+            break
         if len(r) != len(header):
             continue
         lines.append({"source": r[at["Source"]].strip(), "executed": number(r[at["Instructions Executed"]]),

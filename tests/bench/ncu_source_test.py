@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """bench/ncu_source.py on a real export: the consumer loop of kforge's swapped 128x88 gemm at
 961x1536x5376 before 2f9d3c2 (H200; ncu_source_sw88.csv is the loop's stretch of the source
-page, its stall columns only), and on files that are not an export."""
+page, its stall columns only), and on a file that is not one."""
 import os
 import subprocess
 import sys

@@ -759,8 +759,8 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
 }
 
 // Persistent: each cluster (or block) walks units c, + clusters, ...; the producer runs ahead
-// into the next unit while the consumers store this one. `it` counts K slices across units,
-// so stage and phase carry over.
+// into the next unit while the consumers store this one. The producer's and the consumers'
+// Rings (and the consumers' `last`) carry over from unit to unit, as the slices do.
 __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                                                          const __grid_constant__ CUtensorMap tmC, TC* __restrict__ C, float* __restrict__ W, const Rows rows/*$EPPARAMS$*/) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
