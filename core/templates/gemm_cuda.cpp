@@ -227,6 +227,9 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
 }
 
 constexpr int64_t kSms = 132;  // an H100 SXM's, which the Hopper defaults and search are tuned for
+// Clusters of two and of four that run at once with 128x128 or 128x64 tiles
+// (cudaOccupancyMaxActiveClusters on an H200, 132 SMs as the H100's; not measured on an H100).
+constexpr int64_t kPairsAtOnce = kSms / 2, kQuadsAtOnce = 30;
 // wgmma.cuh's MAX_SLOTS and MAX_PARTS: the tail split's workspace slots (a part of a tile each)
 // and the most parts a tile is cut into.
 constexpr int64_t kTailSlots = 320, kTailMaxParts = 8;
@@ -516,16 +519,15 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     // 0.0158 ms alone, 0.0134 in 1x2; 128x128 0.0145 alone, 0.0135 in 2x2 (cuBLAS 0.0116, in
     // clusters of 4x2); pairs gained nothing where the rows are aligned (1024^3, 961x1536x1024,
     // 512x2048x2048: 0-5 % slower). For 128x128 and 128x64, the first of 2x2 (both off), 1x2
-    // (A off), 2x1 (B off) whose clusters all run at once: 66 pairs, 30 of four
-    // (cudaOccupancyMaxActiveClusters on the H200; 128x64 in 2x2 at 1000^3 is 32 clusters,
-    // two rounds, 0.0159).
+    // (A off), 2x1 (B off) whose clusters all run at once (kPairsAtOnce, kQuadsAtOnce; 128x64 in
+    // 2x2 at 1000^3 is 32 clusters, two rounds, 0.0159).
     if (!compute_bound && g.batch == 1 && g.M > 64 && (a_off || b_off)) {
       for (auto [bm, bn, stages] : {std::tuple{128, 128, 6}, std::tuple{128, 64, 8}}) {
         const int64_t rows = (g.M + bm - 1) / bm, cols = (g.N + bn - 1) / bn;
         for (auto [cm, cn] : {std::pair{2, 2}, std::pair{1, 2}, std::pair{2, 1}}) {
           if ((cm == 2 && !b_off) || (cn == 2 && !a_off)) continue;
           const int64_t clusters = (rows + cm - 1) / cm * ((cols + cn - 1) / cn);
-          if (clusters > (cm * cn == 4 ? 30 : kSms / 2)) continue;
+          if (clusters > (cm * cn == 4 ? kQuadsAtOnce : kPairsAtOnce)) continue;
           out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", 12}, {"stages", stages}, {"split_k", 1},
                          {"cluster_m", cm}, {"cluster_n", cn}, {"mma", "wgmma"}});
           break;
