@@ -4,7 +4,8 @@
 Builds each arm's gemm through a kforge service (`--arm NAME='{"params": {...}, "options":
 {...}}'`, e.g. a temporary `#ifndef` define of the template), checks each against torch in
 float, then times them round by round: every round calls each arm once and torch.mm (cuBLAS,
-or torch._addmm_activation's fused bias + gelu with `--epilogue bias_gelu`) once, in an order
+or with `--epilogue bias_gelu[_tanh]` torch._addmm_activation's fused bias + gelu, cuBLASLt's, and
+torch.mm, the plain gemm a fused kernel would replace) once, in an order
 that rotates from round to round, each call after the L2 flush the runner does (a 256 MiB
 memset) and timed with CUDA events. So the arms share the GPU's clocks, temperature and
 neighbours, and no arm always follows the same one (the runner times its choices one after
@@ -43,8 +44,9 @@ def main():
     ap.add_argument("--kforge", required=True)
     ap.add_argument("--shape", default="4096x4096x4096", help="MxNxK")
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
-    ap.add_argument("--epilogue", choices=["none", "bias_gelu"], default="none",
-                    help="bias_gelu: kforge's bias + erf gelu against cuBLASLt's fused bias + tanh gelu (as bench/ncu_gemm.py)")
+    ap.add_argument("--epilogue", choices=["none", "bias_gelu", "bias_gelu_tanh"], default="none",
+                    help="bias_gelu (_tanh): kforge's bias + erf (tanh) gelu against cuBLASLt's fused bias + tanh gelu "
+                         "(as bench/ncu_gemm.py) and the plain gemm")
     ap.add_argument("--arm", action="append", required=True, help='NAME={"params": {...}, "options": {...}}')
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--flush", choices=["zero", "fill"], default="zero",
@@ -55,13 +57,13 @@ def main():
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     dt = getattr(torch, args.dtype)
-    bias_gelu = args.epilogue == "bias_gelu"
+    bias_gelu = args.epilogue != "none"
     torch.manual_seed(0)
     t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
          "C": torch.empty(m, n, device="cuda", dtype=dt), "bias": torch.randn(n, device="cuda", dtype=dt)}
     ref = t["A"].float() @ t["B"].float()
     if bias_gelu:
-        ref = torch.nn.functional.gelu(ref + t["bias"].float())
+        ref = torch.nn.functional.gelu(ref + t["bias"].float(), approximate="tanh" if args.epilogue.endswith("_tanh") else "none")
     print(device_line())
     print(f"# {args.dtype} {args.shape} epilogue {args.epilogue}, {args.rounds} rounds, {args.order}, "
           f"a 256 MiB {args.flush}_() before each call")
@@ -70,7 +72,7 @@ def main():
     arms = {name: json.loads(arm) if arm else {} for name, _, arm in (spec.partition("=") for spec in args.arm)}
     with Service(args.kforge) as service, concurrent.futures.ThreadPoolExecutor(len(arms)) as pool:
         # the service compiles the arms at once; each is then checked in the order given
-        built = {name: pool.submit(build, service, gemm_body(m, n, k, args.dtype, bias_gelu, arm.get("params"), arm.get("options")), t, m)
+        built = {name: pool.submit(build, service, gemm_body(m, n, k, args.dtype, args.epilogue, arm.get("params"), arm.get("options")), t, m)
                  for name, arm in arms.items()}
         for name, arm in arms.items():
             j, call = built[name].result()
@@ -82,8 +84,9 @@ def main():
                   f"max abs error vs torch {err:.3g}", flush=True)
             calls[name] = call
     vendor = "torch._addmm_activation(use_gelu)" if bias_gelu else "torch.mm"
-    calls[vendor] = (lambda: torch._addmm_activation(t["bias"], t["A"], t["B"], use_gelu=True)) if bias_gelu else (
-        lambda: torch.mm(t["A"], t["B"]))
+    calls["torch.mm"] = lambda: torch.mm(t["A"], t["B"])
+    if bias_gelu:
+        calls[vendor] = lambda: torch._addmm_activation(t["bias"], t["A"], t["B"], use_gelu=True)
 
     flush = torch.empty(256 << 20, device="cuda", dtype=torch.uint8)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -107,13 +110,14 @@ def main():
         end.synchronize()
         times[name].append(start.elapsed_time(end))
 
-    base = statistics.median(times[vendor])
-    print(f"| arm | min (ms) | median (ms) | p90 (ms) | runs | {vendor} median / arm median |")
-    print("|---|---|---|---|---|---|")
+    bases = [vendor] + (["torch.mm"] if bias_gelu else [])  # with an epilogue, also against the plain gemm
+    print(f"| arm | min (ms) | median (ms) | p90 (ms) | runs | " + " | ".join(f"{b} median / arm median" for b in bases) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(bases))
     for name in names:
         v = sorted(times[name])
         med, p90 = statistics.median(v), v[min(len(v) - 1, (len(v) * 9 + 9) // 10 - 1)]
-        print(f"| {name} | {v[0]:.4f} | {med:.4f} | {p90:.4f} | {len(v)} | {base / med:.3f} |")
+        ratios = " | ".join(f"{statistics.median(times[b]) / med:.3f}" for b in bases)
+        print(f"| {name} | {v[0]:.4f} | {med:.4f} | {p90:.4f} | {len(v)} | {ratios} |")
 
 
 if __name__ == "__main__":

@@ -37,14 +37,19 @@ class Service:
         self.proc.wait()
 
 
-def gemm_body(m, n, k, dtype, bias_gelu=False, params=None, options=None):
-    """The template request for C[m, n] = A[m, k] B[k, n] (+ bias over N, erf gelu)."""
+# The epilogues a bench asks for by name: bias over N, then gelu in its erf or tanh form.
+EPILOGUES = {"none": [], "bias_gelu": [{"op": "add", "input": 2}, {"op": "gelu"}],
+             "bias_gelu_tanh": [{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}]}
+
+
+def gemm_body(m, n, k, dtype, epilogue="none", params=None, options=None):
+    """The template request for C[m, n] = A[m, k] B[k, n], with the epilogue EPILOGUES names."""
     body = {"backend": "cuda", "arch": "native", "template": "gemm",
             "inputs": [{"name": "A", "dtype": dtype, "sizes": [m, k]}, {"name": "B", "dtype": dtype, "sizes": [k, n]}],
             "output": {"name": "C", "dtype": dtype, "sizes": [m, n]}}
-    if bias_gelu:
+    if epilogue != "none":
         body["inputs"].append({"name": "bias", "dtype": dtype, "sizes": [n]})
-        body["epilogue"] = [{"op": "add", "input": 2}, {"op": "gelu"}]
+        body["epilogue"] = EPILOGUES[epilogue]
     if params:
         body["params"] = params
     if options:

@@ -11,9 +11,9 @@ ncu on the GPU host, e.g.:
 
 With --vendor it calls torch.mm instead, so that cuBLAS's kernel is profiled the same way
 (`-k regex:"gemm|nvjet|xmma"`: its name says its tile, cluster and schedule). With
-`--epilogue bias_gelu` the kernel adds a bias over N and applies the erf gelu, and the vendor
-call is torch._addmm_activation(bias, A, B, use_gelu=True): cuBLASLt's own fused bias + gelu
-(the tanh form), the baseline the suite compares with.
+`--epilogue bias_gelu` (`bias_gelu_tanh`) the kernel adds a bias over N and applies the erf (tanh)
+gelu, and the vendor call is torch._addmm_activation(bias, A, B, use_gelu=True): cuBLASLt's own
+fused bias + gelu (the tanh form), the baseline the suite compares with.
 
 With `--set full` and `-o REPORT`, `ncu -i REPORT --page source --csv --print-source sass`
 exports the SASS with each instruction's executions and stall samples; bench/ncu_source.py sums
@@ -52,11 +52,11 @@ def main():
     ap.add_argument("--calls", type=int, default=3)
     ap.add_argument("--options", default="", help="compile options (JSON), e.g. {\"defines\": {\"X\": \"1\"}}")
     ap.add_argument("--vendor", action="store_true", help="profile torch.mm (cuBLAS) on the same shape instead")
-    ap.add_argument("--epilogue", choices=["none", "bias_gelu"], default="none")
+    ap.add_argument("--epilogue", choices=["none", "bias_gelu", "bias_gelu_tanh"], default="none")
     args = ap.parse_args()
     m, n, k = map(int, args.shape.split("x"))
     dt = getattr(torch, args.dtype)
-    bias_gelu = args.epilogue == "bias_gelu"
+    bias_gelu = args.epilogue != "none"
     if args.vendor:
         a, b = torch.randn(m, k, device="cuda", dtype=dt), torch.randn(k, n, device="cuda", dtype=dt)
         bias = torch.randn(n, device="cuda", dtype=dt)
@@ -69,7 +69,7 @@ def main():
         ap.error("--kforge is required (or --vendor)")
     t = {"A": torch.randn(m, k, device="cuda", dtype=dt), "B": torch.randn(k, n, device="cuda", dtype=dt),
          "C": torch.empty(m, n, device="cuda", dtype=dt), "bias": torch.randn(n, device="cuda", dtype=dt)}
-    body = gemm_body(m, n, k, args.dtype, bias_gelu, json.loads(args.params) if args.params else None,
+    body = gemm_body(m, n, k, args.dtype, args.epilogue, json.loads(args.params) if args.params else None,
                      json.loads(args.options) if args.options else None)
     with Service(args.kforge) as service:
         j, call = build(service, body, t, m)
@@ -79,7 +79,7 @@ def main():
     print(f"# {ms:.4f} ms a call, {args.calls} calls back to back")
     ref = t["A"].float() @ t["B"].float()
     if bias_gelu:
-        ref = torch.nn.functional.gelu(ref + t["bias"].float())
+        ref = torch.nn.functional.gelu(ref + t["bias"].float(), approximate="tanh" if args.epilogue.endswith("_tanh") else "none")
     err = (t["C"].float() - ref).abs().max().item()
     print(f"# max abs error vs torch: {err:.3g}")
 
