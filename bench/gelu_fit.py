@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fits the erfc of the CUDA kernels' erf gelu (kf_gelu_erf in core/templates/gemm.cpp) and
 checks it in simulated float arithmetic. Prints the constants the template uses. Checks the
-tanh gelu of the same kernels (kf_gelu_tanh) the same way.
+tanh gelu of the same kernels (kf_gelu_tanh, and kf_gelu_tanh2, two at once) the same way.
 
 gelu(x) = x Phi(x) = max(x, 0) - |x| h(|x|), h(a) = erfc(a / sqrt 2) / 2, and
 erfc(z) = t 2^(Q(t) - log2(e) z^2) with t = 1 / (1 + p z): Q(t) = log2(erfc(z) e^(z^2) / t) is
@@ -74,6 +74,24 @@ def kernel_gelu_tanh(x):
         return F(x * r)
 
 
+def ftz(v):
+    v = F(v)
+    v[np.abs(v) < np.finfo(F).tiny] = 0
+    return v
+
+
+def kernel_gelu_tanh2(x, y):
+    """kf_gelu_tanh2's operations, in order, in float: one rcp for the pair (x, y)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        # np.fmin, as fminf: a NaN t gives 127
+        ex = F(np.exp2(np.fmin(F(x * fma(F(x * x), F(TANH_C3), F(TANH_C1))), F(127)).astype(np.float64)))
+        ey = F(np.exp2(np.fmin(F(y * fma(F(y * y), F(TANH_C3), F(TANH_C1))), F(127)).astype(np.float64)))
+        dx, dy = F(ex + F(1)), fma(ey, F(2.0 ** -126), F(2.0 ** -126))
+        q = ftz(F(1.0 / F(dx * dy).astype(np.float64)))
+        rx, ry = ftz(F(dy * q)), ftz(F(F(dx * q) * F(2.0 ** -126)))
+        return F(x * rx), F(y * ry)
+
+
 def tanhf_gelu(x):
     """The reference's 0.5 x (1 + tanhf(sqrt(2 / pi) (x + 0.044715 x^3))) in float."""
     u = F(F(0.7978845608028654) * fma(F(F(F(0.044715) * x) * x), x, x))
@@ -116,6 +134,13 @@ def main():
     for name, y in (("kf_gelu_tanh", kernel_gelu_tanh(x)), ("0.5 x (1 + tanhf(u))", tanhf_gelu(x))):
         report(name, x, y, exact, parts)
     print("kf_gelu_tanh(inf, -inf, nan) =", kernel_gelu_tanh(np.array([np.inf, -np.inf, np.nan], F)))
+    # The pair form, each x with partners from every part of the range (x reversed, and shifted by
+    # a third), and with partners that are inf, -inf and NaN.
+    for name, partner in (("kf_gelu_tanh2 (x, reversed)", x[::-1]), ("kf_gelu_tanh2 (x, shifted)", np.roll(x, len(x) // 3))):
+        report(name, x, kernel_gelu_tanh2(x, partner)[0], exact, parts)
+    specials = np.array([np.inf, -np.inf, np.nan], F)
+    print("kf_gelu_tanh2(inf, -inf, nan; 1) =", kernel_gelu_tanh2(specials, np.ones(3, F))[0],
+          " their partner 1 gives", kernel_gelu_tanh2(specials, np.ones(3, F))[1], f"(alone {kernel_gelu_tanh(np.ones(1, F))[0]:.9g})")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // The gemm template: what every backend shares (the parameter specs' checks, the shapes, the
 // problem, the signature, the epilogue), and the table of backends, which own the rest
 // (gemm_backend.hpp).
+#include <algorithm>
+#include <array>
 #include <set>
 #include <sstream>
 
@@ -92,8 +94,6 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
   // keeps the formulas.
   const std::string gelu_erf = reference ? "" : backend.gelu_function(false);
   const std::string gelu_tanh = reference ? "" : backend.gelu_function(true);
-  bool calls_gelu_erf = false, calls_gelu_tanh = false;
-  std::ostringstream body;
   std::set<int> declared;
   const TensorMeta& c = spec.output;
   for (const auto& op : spec.epilogue) {
@@ -103,41 +103,55 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
       code.args += ", " + sig.arg(op.input);
     }
   }
-  auto operand = [&](int input) {
+  // One output's op: `v` the value, at output coordinates named `at` (batch, row, column).
+  using Names = std::array<std::string, 3>;
+  auto operand = [&](int input, const Names& at) {
     const TensorMeta& t = spec.inputs[static_cast<size_t>(input)];
-    static const std::vector<std::string> k3 = {"b", "m", "n"};
-    std::vector<std::string> idx(k3.end() - static_cast<long>(t.rank()), k3.end());
-    if (c.rank() == 2 && t.rank() == 3) idx = k3;  // cannot happen after check()
+    std::vector<std::string> idx(at.end() - static_cast<long>(t.rank()), at.end());
+    if (c.rank() == 2 && t.rank() == 3) idx.assign(at.begin(), at.end());  // cannot happen after check()
     return "kf_to_float(" + sig.arg(input) + "[" + offset_expr(t, idx) + "])";
   };
-  for (const auto& op : spec.epilogue) {
-    body << "  ";
-    if (op.op == "add") body << "v = v + " << operand(op.input) << ";";
-    else if (op.op == "mul") body << "v = v * " << operand(op.input) << ";";
-    else if (op.op == "scale") body << "v = v * " << std::to_string(op.value) << "f;";
-    else if (op.op == "relu") body << "v = v > 0.0f ? v : 0.0f;";
-    else if (op.op == "sigmoid") body << "v = 1.0f / (1.0f + expf(-v));";
-    else if (op.op == "silu") body << "v = v / (1.0f + expf(-v));";
-    else if (op.op == "tanh") body << "v = tanhf(v);";
-    else if (op.op == "gelu" && op.tanh_approx && !gelu_tanh.empty()) {
-      body << "v = kf_gelu_tanh(v);";
-      calls_gelu_tanh = true;
-    }
-    else if (op.op == "gelu" && op.tanh_approx) body << "v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));";
-    else if (op.op == "gelu" && !gelu_erf.empty()) {
-      body << "v = kf_gelu_erf(v);";
-      calls_gelu_erf = true;
-    }
-    else if (op.op == "gelu") body << "v = 0.5f * v * (1.0f + erff(v * 0.7071067811865476f));";
-    else if (op.op == "cast") body << "{ " << element_ctype(req.backend, op.dtype) << " r; kf_store(&r, v); v = kf_to_float(r); }";
-    body << "  // " << op.op << "\n";
-  }
-  auto defined = [&](const std::string& coordinates) {  // kf_epilogue, its output coordinates in that order
-    return (calls_gelu_erf ? gelu_erf : "") + (calls_gelu_tanh ? gelu_tanh : "") + "KF_HD float kf_epilogue(float v, " + coordinates +
-           code.params + ") {\n" + "  (void)b; (void)m; (void)n;\n" + body.str() + "  return v;\n}\n";
+  auto tuned_gelu = [&](const EpilogueOp& op, bool tanh) { return op.op == "gelu" && op.tanh_approx == tanh && !(tanh ? gelu_tanh : gelu_erf).empty(); };
+  auto statement = [&](const EpilogueOp& op, const std::string& v, const Names& at) -> std::string {
+    if (op.op == "add") return v + " = " + v + " + " + operand(op.input, at) + ";";
+    if (op.op == "mul") return v + " = " + v + " * " + operand(op.input, at) + ";";
+    if (op.op == "scale") return v + " = " + v + " * " + std::to_string(op.value) + "f;";
+    if (op.op == "relu") return v + " = " + v + " > 0.0f ? " + v + " : 0.0f;";
+    if (op.op == "sigmoid") return v + " = 1.0f / (1.0f + expf(-" + v + "));";
+    if (op.op == "silu") return v + " = " + v + " / (1.0f + expf(-" + v + "));";
+    if (op.op == "tanh") return v + " = tanhf(" + v + ");";
+    if (tuned_gelu(op, true)) return v + " = kf_gelu_tanh(" + v + ");";
+    if (op.op == "gelu" && op.tanh_approx)
+      return v + " = 0.5f * " + v + " * (1.0f + tanhf(0.7978845608028654f * (" + v + " + 0.044715f * " + v + " * " + v + " * " + v + ")));";
+    if (tuned_gelu(op, false)) return v + " = kf_gelu_erf(" + v + ");";
+    if (op.op == "gelu") return v + " = 0.5f * " + v + " * (1.0f + erff(" + v + " * 0.7071067811865476f));";
+    if (op.op == "cast") return "{ " + element_ctype(req.backend, op.dtype) + " r; kf_store(&r, " + v + "); " + v + " = kf_to_float(r); }";
+    return "";
   };
-  code.function = defined("int64_t b, int64_t m, int64_t n");
-  code.swapped = defined("int64_t b, int64_t n, int64_t m");
+  const Names first = {"b", "m", "n"}, second = {"b", "m1", "n1"};
+  std::ostringstream body, pair;
+  for (const auto& op : spec.epilogue) {
+    body << "  " << statement(op, "v", first) << "  // " << op.op << "\n";
+    // The pair: each op on both outputs, but the tuned tanh gelu, which takes both at once.
+    if (tuned_gelu(op, true)) pair << "  kf_gelu_tanh2(v0, v1);";
+    else pair << "  " << statement(op, "v0", first) << " " << statement(op, "v1", second);
+    pair << "  // " << op.op << "\n";
+  }
+  auto calls = [&](bool tanh) { return std::ranges::any_of(spec.epilogue, [&](const EpilogueOp& op) { return tuned_gelu(op, tanh); }); };
+  const std::string gelus = (calls(false) ? gelu_erf : "") + (calls(true) ? gelu_tanh : "");
+  auto defined = [&](const std::string& coordinates) {  // kf_epilogue, its output coordinates in that order
+    return "KF_HD float kf_epilogue(float v, " + coordinates + code.params + ") {\n" + "  (void)b; (void)m; (void)n;\n" + body.str() +
+           "  return v;\n}\n";
+  };
+  // kf_epilogue2: two outputs at once, the second at (m1, n1), for kernels that store outputs in pairs.
+  auto defined_pair = [&](const std::string& coordinates) {
+    return "KF_HD void kf_epilogue2(float& v0, float& v1, " + coordinates + code.params + ") {\n" +
+           "  (void)b; (void)m; (void)n; (void)m1; (void)n1;\n" + pair.str() + "}\n";
+  };
+  code.function = gelus + defined("int64_t b, int64_t m, int64_t n");
+  code.swapped = gelus + defined("int64_t b, int64_t n, int64_t m");
+  code.pair = defined_pair("int64_t b, int64_t m, int64_t n, int64_t m1, int64_t n1");
+  code.pair_swapped = defined_pair("int64_t b, int64_t n, int64_t m, int64_t n1, int64_t m1");
   return code;
 }
 

@@ -40,7 +40,8 @@ struct Problems {
 // for the epilogue inputs. `swapped` is the same function taking its output coordinates as
 // (b, n, m), for a kernel that runs the transposed problem C^T = B^T A^T (cuda's swap_ab).
 struct EpilogueCode {
-  std::string function, swapped;
+  std::string function, swapped;     // kf_epilogue (with the gelus it calls), coordinates (b, m, n) or, swapped, (b, n, m)
+  std::string pair, pair_swapped;    // kf_epilogue2: two outputs at once, the second at (m1, n1); after `function`
   std::string params;  // ", const float* __restrict__ e2" ... (leading comma)
   std::string args;    // ", e2" ...
 };

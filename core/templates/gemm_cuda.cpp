@@ -790,7 +790,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
   std::ostringstream src;
   src << prelude(req.backend) << (wgmma ? "#include <cuda.h>\n#include <type_traits>\n" : "") << "\nnamespace {\n" << problem_constants(s, w)
       << "using T = " << element_ctype(req.backend, p.ab) << ";\nusing TC = " << element_ctype(req.backend, p.out) << ";\n"
-      << (swap ? ep.swapped : ep.function);
+      << (swap ? ep.swapped : ep.function) << (wgmma ? (swap ? ep.pair_swapped : ep.pair) : "");
   if (p.ab == Dtype::kFloat32) {
     src << s.apply(simt.section("simt"));
   } else if (!wgmma) {

@@ -392,5 +392,51 @@ TEST(GemmEpilogue, CudaKernelsTakeTheFastGelusAndTheReferenceKeepsTheFormulas) {
   EXPECT_NE(tanh_reference->source.find("tanhf(0.7978845608028654f"), std::string::npos);
 }
 
+// The wgmma kernel's epilogue takes outputs two at a time (kf_epilogue2, the second at (m1, n1)):
+// each op on both, but the tuned tanh gelu, which shares one rcp between them. A swapped
+// kernel's pair is two rows of C (its coordinates come as (n, m), (n1, m1)); the mma_sync
+// kernel and the reference have none.
+TEST(GemmEpilogue, TheWgmmaKernelTakesOutputsInPairs) {
+  TemplateRequest r = hopper_request(1, 256, 192, 128);
+  r.spec.inputs.push_back(matrix("bias", 1, 1, 192));
+  r.spec.inputs.back().sizes = {192};
+  r.spec.inputs.back().strides = {1};
+  EpilogueOp add, gelu;
+  add.op = "add";
+  add.input = 2;
+  gelu.op = "gelu";
+  gelu.tanh_approx = true;
+  r.spec.epilogue = {add, gelu};
+  const Template* gemm = Registry::builtin().find("gemm");
+  auto rendered = [&](const nlohmann::json& params, bool reference) {
+    TemplateRequest q = r;
+    q.spec.params = params;
+    EXPECT_TRUE(gemm->check(q)) << params.dump();
+    const auto out = gemm->render(q, reference);
+    EXPECT_TRUE(out);
+    return out ? out->source : std::string();
+  };
+  const nlohmann::json wgmma = {{"block_m", 128}, {"block_n", 64}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"mma", "wgmma"}};
+  const std::string tuned = rendered(wgmma, false);
+  EXPECT_NE(tuned.find("KF_HD void kf_epilogue2(float& v0, float& v1, int64_t b, int64_t m, int64_t n, int64_t m1, int64_t n1"), std::string::npos);
+  // the bias at each output's own column
+  EXPECT_NE(tuned.find("v0 = v0 + kf_to_float("), std::string::npos);
+  EXPECT_NE(tuned.find("int64_t(n) * 1)]); v1 = v1 + kf_to_float("), std::string::npos);
+  EXPECT_NE(tuned.find("int64_t(n1) * 1)]);  // add"), std::string::npos);
+  EXPECT_NE(tuned.find("  kf_gelu_tanh2(v0, v1);  // gelu"), std::string::npos);
+  EXPECT_NE(tuned.find("v = kf_gelu_tanh(v);"), std::string::npos);  // the single form, for the other kernels of the source
+  nlohmann::json swapped = wgmma;
+  swapped["swap_ab"] = 1;
+  EXPECT_NE(rendered(swapped, false).find("kf_epilogue2(float& v0, float& v1, int64_t b, int64_t n, int64_t m, int64_t n1, int64_t m1"),
+            std::string::npos);
+  // The erf gelu has no pair form: its 13 other instructions already outnumber the SFU's share.
+  r.spec.epilogue[1].tanh_approx = false;
+  EXPECT_NE(rendered(wgmma, false).find("v0 = kf_gelu_erf(v0); v1 = kf_gelu_erf(v1);"), std::string::npos);
+  r.spec.epilogue[1].tanh_approx = true;
+  const nlohmann::json mma_sync = {{"block_m", 128}, {"block_n", 128}, {"block_k", 32}, {"warps", 4}, {"stages", 3}, {"mma", "mma_sync"}};
+  EXPECT_EQ(rendered(mma_sync, false).find("kf_epilogue2"), std::string::npos);
+  EXPECT_EQ(rendered(wgmma, true).find("kf_epilogue2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kforge::core::templates
