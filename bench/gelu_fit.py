@@ -134,13 +134,18 @@ def main():
     for name, y in (("kf_gelu_tanh", kernel_gelu_tanh(x)), ("0.5 x (1 + tanhf(u))", tanhf_gelu(x))):
         report(name, x, y, exact, parts)
     print("kf_gelu_tanh(inf, -inf, nan) =", kernel_gelu_tanh(np.array([np.inf, -np.inf, np.nan], F)))
-    # The pair form, each x with partners from every part of the range (x reversed, and shifted by
-    # a third), and with partners that are inf, -inf and NaN.
-    for name, partner in (("kf_gelu_tanh2 (x, reversed)", x[::-1]), ("kf_gelu_tanh2 (x, shifted)", np.roll(x, len(x) // 3))):
-        report(name, x, kernel_gelu_tanh2(x, partner)[0], exact, parts)
+    # The pair form, x in either slot, its partners from every part of the range (x reversed, and
+    # shifted by a third) and the most negative (-16); then inf, -inf and NaN beside 1 and -9.
+    partners = (("reversed", x[::-1]), ("shifted", np.roll(x, len(x) // 3)), ("-16", np.full_like(x, -16)))
+    for name, partner in partners:
+        report(f"kf_gelu_tanh2 (x, {name})", x, kernel_gelu_tanh2(x, partner)[0], exact, parts)
+        report(f"kf_gelu_tanh2 ({name}, x)", x, kernel_gelu_tanh2(partner, x)[1], exact, parts)
     specials = np.array([np.inf, -np.inf, np.nan], F)
-    print("kf_gelu_tanh2(inf, -inf, nan; 1) =", kernel_gelu_tanh2(specials, np.ones(3, F))[0],
-          " their partner 1 gives", kernel_gelu_tanh2(specials, np.ones(3, F))[1], f"(alone {kernel_gelu_tanh(np.ones(1, F))[0]:.9g})")
+    for v in (1, -9):
+        other = np.full(3, v, F)
+        print(f"kf_gelu_tanh2(inf, -inf, nan; {v}) =", kernel_gelu_tanh2(specials, other)[0], "and", kernel_gelu_tanh2(other, specials)[1],
+              f"in the second slot; their partner {v} gives", kernel_gelu_tanh2(specials, other)[1], "and",
+              kernel_gelu_tanh2(other, specials)[0], f"(alone {kernel_gelu_tanh(np.full(1, v, F))[0]:.9g})")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
   // keeps the formulas.
   const std::string gelu_erf = reference ? "" : backend.gelu_function(false);
   const std::string gelu_tanh = reference ? "" : backend.gelu_function(true);
+  const std::string gelu_tanh2 = reference || gelu_tanh.empty() ? "" : backend.gelu_pair_function();
   std::set<int> declared;
   const TensorMeta& c = spec.output;
   for (const auto& op : spec.epilogue) {
@@ -111,7 +112,9 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
     if (c.rank() == 2 && t.rank() == 3) idx.assign(at.begin(), at.end());  // cannot happen after check()
     return "kf_to_float(" + sig.arg(input) + "[" + offset_expr(t, idx) + "])";
   };
-  auto tuned_gelu = [&](const EpilogueOp& op, bool tanh) { return op.op == "gelu" && op.tanh_approx == tanh && !(tanh ? gelu_tanh : gelu_erf).empty(); };
+  auto tuned_gelu = [&](const EpilogueOp& op, bool tanh) {
+    return op.op == "gelu" && op.tanh_approx == tanh && !(tanh ? gelu_tanh : gelu_erf).empty();
+  };
   auto statement = [&](const EpilogueOp& op, const std::string& v, const Names& at) -> std::string {
     if (op.op == "add") return v + " = " + v + " + " + operand(op.input, at) + ";";
     if (op.op == "mul") return v + " = " + v + " * " + operand(op.input, at) + ";";
@@ -132,8 +135,8 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
   std::ostringstream body, pair;
   for (const auto& op : spec.epilogue) {
     body << "  " << statement(op, "v", first) << "  // " << op.op << "\n";
-    // The pair: each op on both outputs, but the tuned tanh gelu, which takes both at once.
-    if (tuned_gelu(op, true)) pair << "  kf_gelu_tanh2(v0, v1);";
+    // The pair: each op on both outputs, but a tuned tanh gelu of two at once.
+    if (tuned_gelu(op, true) && !gelu_tanh2.empty()) pair << "  kf_gelu_tanh2(v0, v1);";
     else pair << "  " << statement(op, "v0", first) << " " << statement(op, "v1", second);
     pair << "  // " << op.op << "\n";
   }
@@ -144,8 +147,9 @@ EpilogueCode gemm_epilogue(const TemplateRequest& req, const KernelSignature& si
            "  return v;\n}\n";
   };
   // kf_epilogue2: two outputs at once, the second at (m1, n1), for kernels that store outputs in pairs.
+  const std::string pair_gelus = calls(true) ? gelu_tanh2 : "";
   auto defined_pair = [&](const std::string& coordinates) {
-    return "KF_HD void kf_epilogue2(float& v0, float& v1, " + coordinates + code.params + ") {\n" +
+    return pair_gelus + "KF_HD void kf_epilogue2(float& v0, float& v1, " + coordinates + code.params + ") {\n" +
            "  (void)b; (void)m; (void)n; (void)m1; (void)n1;\n" + pair.str() + "}\n";
   };
   code.function = gelus + defined("int64_t b, int64_t m, int64_t n");

@@ -39,9 +39,13 @@ struct Problems {
 // (after the gelu device functions it calls, if any) plus the parameter list and argument list
 // for the epilogue inputs. `swapped` is the same function taking its output coordinates as
 // (b, n, m), for a kernel that runs the transposed problem C^T = B^T A^T (cuda's swap_ab).
+// `pair` applies it to two outputs at once,
+//   KF_HD void kf_epilogue2(float& v0, float& v1, int64_t b, int64_t m, int64_t n, int64_t m1, int64_t n1, <extra params>)
+// (the second at (m1, n1); swapped: (b, n, m, n1, m1)), for a kernel that stores outputs in
+// pairs (cuda's wgmma), after `function` and with the backend's pair gelu where it has one.
 struct EpilogueCode {
-  std::string function, swapped;     // kf_epilogue (with the gelus it calls), coordinates (b, m, n) or, swapped, (b, n, m)
-  std::string pair, pair_swapped;    // kf_epilogue2: two outputs at once, the second at (m1, n1); after `function`
+  std::string function, swapped;
+  std::string pair, pair_swapped;
   std::string params;  // ", const float* __restrict__ e2" ... (leading comma)
   std::string args;    // ", e2" ...
 };
@@ -68,6 +72,9 @@ class GemmBackend {
   // The device function a tuned kernel computes gelu with: it defines kf_gelu_erf (with `tanh`,
   // kf_gelu_tanh). Empty: the epilogue writes the formula, as the reference always does.
   virtual std::string gelu_function(bool tanh) const { (void)tanh; return {}; }
+  // Its tanh gelu of two outputs at once, kf_gelu_tanh2(float& x, float& y), which a kernel's
+  // kf_epilogue2 calls where it has one (after gelu_function(true)); empty: none.
+  virtual std::string gelu_pair_function() const { return {}; }
   // The source of a checked request (g.any_m from runtime_m()); `reference`: the naive kernel
   // that verification compares against. Sets workspace_bytes where the kernel needs a workspace.
   virtual std::string render(const TemplateRequest& req, const GemmProblem& g, const KernelSignature& sig,

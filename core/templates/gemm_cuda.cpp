@@ -306,6 +306,7 @@ class CudaGemm final : public GemmBackend {
   void check(const TemplateRequest& req, const GemmProblem& g, Problems& p) const override;
   bool runtime_m(const TemplateRequest& req, const GemmProblem& g) const override;
   std::string gelu_function(bool tanh) const override;
+  std::string gelu_pair_function() const override;
   std::string render(const TemplateRequest& req, const GemmProblem& g, const KernelSignature& sig, const EpilogueCode& ep,
                      bool reference, uint64_t& workspace_bytes) const override;
 };
@@ -759,6 +760,11 @@ bool CudaGemm::runtime_m(const TemplateRequest& req, const GemmProblem& p) const
 std::string CudaGemm::gelu_function(bool tanh) const {
   static const KernelFile& gelu = kernel_file("gemm/gelu.cuh");
   return gelu.section(tanh ? "gelu_tanh" : "gelu_erf");
+}
+
+std::string CudaGemm::gelu_pair_function() const {
+  static const KernelFile& gelu = kernel_file("gemm/gelu.cuh");
+  return gelu.section("gelu_tanh2");
 }
 
 std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, const KernelSignature& sig, const EpilogueCode& ep,

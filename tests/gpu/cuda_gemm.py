@@ -14,6 +14,7 @@ import ctypes
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -313,14 +314,14 @@ def vendor_fuses_epilogue(url, workdir):
     return True, 0.0, fused
 
 
-def gelu_accuracy(url, workdir, dtype, arch, form="erf"):
+def gelu_accuracy(url, workdir, dtype, arch, form="erf", params=None):
     """The gelu of a tuned kernel (kf_gelu_erf, or kf_gelu_tanh for form "tanh") against its
     float64 value (x Phi(x); x / (1 + e^(-2u)) with u = sqrt(2 / pi) (x + 0.044715 x^3)) for every
     float16 value in [-16, 16] (as the dtype holds it) and inf, -inf, NaN, through a gemm that
     passes x on as x and -x (A's column 0 is x, B's row 0 alternately 1 and -1, the rest zeros), so
     that the wgmma kernel's pairs of adjacent outputs, which share one rcp with tanh
     (kf_gelu_tanh2), pair each value with its negation (columns) or the next value (rows of a
-    swapped kernel's pairs). Each output is the
+    swapped kernel's pairs; `params` pins one). Each output is the
     float64 value rounded to the output type, give or take 1.2e-5 of it (the function's own error:
     6.8e-6 and 9.3e-6 at most in float), so a gelu worse than that shows in the rounding of some of
     the 30,000 values. inf gives inf and NaN gives NaN; -inf gives 0, the limit, with erf (the erff
@@ -337,9 +338,14 @@ def gelu_accuracy(url, workdir, dtype, arch, form="erf"):
     C = torch.empty(M, N, device="cuda", dtype=DT[dtype])
     body = {"backend": "cuda", "arch": arch, "template": "gemm", "inputs": [meta("A", A), meta("B", B)],
             "output": meta("C", C), "epilogue": [{"op": "gelu", "approximate": "tanh" if form == "tanh" else "none"}]}
+    if params:
+        body["params"] = params
     k = Kernel(url, body, workdir)
-    if f"{fn}(v)" not in urllib.request.urlopen(url + k.j["source_url"]).read().decode():
+    source = urllib.request.urlopen(url + k.j["source_url"]).read().decode()
+    if f"{fn}(v)" not in source:
         raise AssertionError(f"the tuned kernel does not call {fn}")
+    if k.j["template"]["params"].get("mma") == "wgmma" and form == "tanh" and "kf_gelu_tanh2(v0, v1)" not in source:
+        raise AssertionError("the wgmma kernel's epilogue does not call kf_gelu_tanh2")
     k({"A": A, "B": B, "C": C}, {"M": M})
     torch.cuda.synchronize()
     out = C.double()
@@ -355,7 +361,8 @@ def gelu_accuracy(url, workdir, dtype, arch, form="erf"):
                 and math.isnan(specials[2])):
             raise AssertionError(f"gelu of column {col}'s inf, -inf, nan = {specials}")
     # Where the ex2 falls below float's smallest normal it flushes to zero (erf: x < -13; tanh: the
-    # rcp of 1 + 2^y for y > 126, x < -10): outputs under 2^-124 (erf) or 2^-120 (tanh) may be 0.
+    # rcp of 1 + 2^y for y > 126, x < -10, and kf_gelu_tanh2's 1 / (d0 d1) past 2^126): outputs
+    # under 2^-124 (erf) or 2^-120 (tanh) may be 0.
     half_ulp = {"float16": 2.0 ** -11, "bfloat16": 2.0 ** -8, "float32": 2.0 ** -24}[dtype]
     tiny = 2.0 ** -25 if dtype == "float16" else 2.0 ** (-120 if form == "tanh" else -124)
     xs, ys, refs = xd[finite], out[finite], ref[finite]
@@ -367,6 +374,38 @@ def gelu_accuracy(url, workdir, dtype, arch, form="erf"):
         raise AssertionError(f"{int(bad.sum())} of {bad.numel()} values off, e.g. gelu({xs[i, j].item()!r}) = {ys[i, j].item()!r}, "
                              f"float64 {refs[i, j].item()!r}")
     return True, float((err / bound).max()), k.j  # the largest error as a fraction of its bound
+
+
+# A cluster of two 128x128 tiles along N over N = 384: three columns of tiles, so the last
+# cluster's second tile starts at column 384, past C. Its epilogue must still read nothing past
+# its inputs (a bias over N, a column-major [M, N] input).
+PHANTOM = {"M": 1000, "N": 384, "K": 1000, "ta": False, "tb": False, "arch": "sm_90a",
+           "ops": [{"op": "add", "input": 2}, {"op": "gelu", "approximate": "tanh"}, {"op": "mul", "input": 3}],
+           "params": {"block_m": 128, "block_n": 128, "block_k": 64, "warps": 12, "stages": 6, "mma": "wgmma", "cluster_n": 2}}
+
+
+def phantom_case(url, workdir):
+    extra = [("bias", torch.randn(PHANTOM["N"], device="cuda").half()),
+             ("res", torch.randn(PHANTOM["N"], PHANTOM["M"], device="cuda").half().t())]
+    return run_case(url, workdir, "float16", extra=extra, **PHANTOM)
+
+
+def cluster_phantom_column(url, workdir):
+    """PHANTOM's values against torch, then the same call in a child process under
+    compute-sanitizer's memcheck, torch's caching allocator off so that each tensor is an
+    allocation of its own: a read past the bias or the [M, N] input is an error (the clamp that
+    kf_epilogue2's coordinates skip where every tile lies inside C skipped it here until the
+    clusters were counted). Where the GPU host has no compute-sanitizer, the values only."""
+    ok, err, j = phantom_case(url, workdir)
+    cs = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not ok or not os.path.exists(cs):
+        return ok, err, j
+    r = subprocess.run([cs, "--tool", "memcheck", "--error-exitcode", "3", "--print-limit", "3", sys.executable,
+                        os.path.abspath(__file__), "--phantom-child", url, workdir],
+                       env={**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"compute-sanitizer exited {r.returncode}: {(r.stdout + r.stderr)[-800:]}")
+    return True, err, j
 
 
 def sass_has_hgmma(url, workdir):
@@ -797,6 +836,13 @@ def main():
             for form in ("erf", "tanh"):
                 report(f"{'wgmma ' if arch == 'sm_90a' else ''}{dtype} {arch} gelu{' tanh' if form == 'tanh' else ''} accuracy",
                        gelu_accuracy, url=url, workdir=work, dtype=dtype, arch=arch, form=form)
+        # The wgmma kernel's pairs of outputs: columns (x beside -x) and, swapped, rows (x beside the next x).
+        for label, p in (("128x64", {"block_m": 128, "block_n": 64, "block_k": 64, "warps": 12, "stages": 4, "mma": "wgmma"}),
+                         ("swapped 64x64", {"block_m": 64, "block_n": 64, "block_k": 64, "warps": 8, "stages": 4, "mma": "wgmma", "swap_ab": 1})):
+            report(f"wgmma float16 sm_90a gelu tanh accuracy, {label}", gelu_accuracy, url=url, workdir=work, dtype="float16", arch="sm_90a",
+                   form="tanh", params=p)
+        report("wgmma cluster 1x2 past N 1000x384x1000 bias+gelu*res reads nothing past its inputs (memcheck)", cluster_phantom_column,
+               url=url, workdir=work)
         report("wgmma vendor time fuses cuBLASLt's bias+gelu", vendor_fuses_epilogue, url=url, workdir=work)
         if args.only_wgmma:
             cases[:] = [c for c in cases if c[0].startswith("wgmma")]
@@ -845,4 +891,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--phantom-child":  # cluster_phantom_column's child: the call alone
+        sys.exit(0 if phantom_case(sys.argv[2], sys.argv[3])[0] else 1)
     sys.exit(main())

@@ -393,20 +393,23 @@ TEST(GemmEpilogue, CudaKernelsTakeTheFastGelusAndTheReferenceKeepsTheFormulas) {
 }
 
 // The wgmma kernel's epilogue takes outputs two at a time (kf_epilogue2, the second at (m1, n1)):
-// each op on both, but the tuned tanh gelu, which shares one rcp between them. A swapped
-// kernel's pair is two rows of C (its coordinates come as (n, m), (n1, m1)); the mma_sync
-// kernel and the reference have none.
+// each op on both, at each output's own coordinates, but the tuned tanh gelu, which shares one
+// rcp between them. A swapped kernel's pair is two rows of C (its coordinates come as (n, m),
+// (n1, m1)); the mma_sync kernel and the reference have none.
 TEST(GemmEpilogue, TheWgmmaKernelTakesOutputsInPairs) {
   TemplateRequest r = hopper_request(1, 256, 192, 128);
   r.spec.inputs.push_back(matrix("bias", 1, 1, 192));
   r.spec.inputs.back().sizes = {192};
   r.spec.inputs.back().strides = {1};
-  EpilogueOp add, gelu;
+  r.spec.inputs.push_back(matrix("res", 1, 256, 192));
+  EpilogueOp add, gelu, mul;
   add.op = "add";
   add.input = 2;
   gelu.op = "gelu";
   gelu.tanh_approx = true;
-  r.spec.epilogue = {add, gelu};
+  mul.op = "mul";
+  mul.input = 3;
+  r.spec.epilogue = {add, gelu, mul};
   const Template* gemm = Registry::builtin().find("gemm");
   auto rendered = [&](const nlohmann::json& params, bool reference) {
     TemplateRequest q = r;
@@ -424,17 +427,27 @@ TEST(GemmEpilogue, TheWgmmaKernelTakesOutputsInPairs) {
   EXPECT_NE(tuned.find("int64_t(n) * 1)]); v1 = v1 + kf_to_float("), std::string::npos);
   EXPECT_NE(tuned.find("int64_t(n1) * 1)]);  // add"), std::string::npos);
   EXPECT_NE(tuned.find("  kf_gelu_tanh2(v0, v1);  // gelu"), std::string::npos);
+  EXPECT_NE(tuned.find("__device__ __forceinline__ void kf_gelu_tanh2(float& x, float& y)"), std::string::npos);
+  // a full matrix at each output's own row and column
+  EXPECT_NE(tuned.find("int64_t(m) * 192 + int64_t(n) * 1)]); v1 = v1 * kf_to_float("), std::string::npos);
+  EXPECT_NE(tuned.find("int64_t(m1) * 192 + int64_t(n1) * 1)]);  // mul"), std::string::npos);
+  // the kernel's stores call it for two adjacent columns of a row
+  EXPECT_NE(tuned.find("kf_epilogue2(v0, v1, b, mc, inside || n < kN ? n : kN - 1, mc, inside || n + 1 < kN ? n + 1 : kN - 1"),
+            std::string::npos);
   EXPECT_NE(tuned.find("v = kf_gelu_tanh(v);"), std::string::npos);  // the single form, for the other kernels of the source
   nlohmann::json swapped = wgmma;
   swapped["swap_ab"] = 1;
-  EXPECT_NE(rendered(swapped, false).find("kf_epilogue2(float& v0, float& v1, int64_t b, int64_t n, int64_t m, int64_t n1, int64_t m1"),
-            std::string::npos);
+  const std::string swapped_source = rendered(swapped, false);
+  EXPECT_NE(swapped_source.find("kf_epilogue2(float& v0, float& v1, int64_t b, int64_t n, int64_t m, int64_t n1, int64_t m1"), std::string::npos);
+  EXPECT_NE(swapped_source.find("int64_t(m1) * 192 + int64_t(n1) * 1)]);  // mul"), std::string::npos);
   // The erf gelu has no pair form: its 13 other instructions already outnumber the SFU's share.
   r.spec.epilogue[1].tanh_approx = false;
   EXPECT_NE(rendered(wgmma, false).find("v0 = kf_gelu_erf(v0); v1 = kf_gelu_erf(v1);"), std::string::npos);
   r.spec.epilogue[1].tanh_approx = true;
   const nlohmann::json mma_sync = {{"block_m", 128}, {"block_n", 128}, {"block_k", 32}, {"warps", 4}, {"stages", 3}, {"mma", "mma_sync"}};
-  EXPECT_EQ(rendered(mma_sync, false).find("kf_epilogue2"), std::string::npos);
+  const std::string sm_80 = rendered(mma_sync, false);
+  EXPECT_EQ(sm_80.find("kf_epilogue2"), std::string::npos);
+  EXPECT_EQ(sm_80.find("kf_gelu_tanh2"), std::string::npos);  // nor its gelu: the kernel's source is as it was
   EXPECT_EQ(rendered(wgmma, true).find("kf_epilogue2"), std::string::npos);
 }
 

@@ -54,26 +54,33 @@ __device__ __forceinline__ float kf_gelu_tanh(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(e + 1.0f));
   return x * r;
 }
-// Two tanh gelus that share one rcp: 1 / d0 = d1 / (d0 d1). The wgmma kernel's stores take
-// outputs two at a time, and the epilogue of a long gemm tile is bound by the SFU, which runs
-// ex2 and rcp at a quarter of the FMA rate: two ex2 and one rcp for two outputs instead of four
-// MUFU operations, for 3 more others. d1 is scaled by 2^-126 and t clamped at 127, so that
-// d0 d1 stays below 2^128; where it passes 2^126 its rcp flushes to 0, and so do both outputs,
-// each then under 2^-125 |x|. Where t > 126 the single form's rcp is subnormal and flushed, and
-// so is the pair's 1 / d0 here (mul.ftz): x = -inf still gives NaN. A NaN or infinite partner
-// clamps at 127 and leaves the other output as it is. Its error: bench/gelu_fit.py.
+// @end gelu_tanh
+
+// Two tanh gelus that share one rcp, 1 / d0 = d1 / (d0 d1), for the wgmma kernel, whose stores
+// take outputs two at a time (emitted after gelu_tanh, with kf_epilogue2). A long tile's
+// epilogue is bound by the SFU, which runs ex2 and rcp at a quarter of the FMA rate: two ex2
+// and one rcp for two outputs instead of four MUFU operations, for 3 more others an output.
+// d1 is scaled by 2^-126 and t clamped at 127, so that d0 d1 is at most 2^128 (inf, where both
+// clamp: its rcp is 0). Where d0 d1 passes 2^126 its rcp flushes to 0, and so do both outputs,
+// each then under 2^-125 |x|; where t > 126 the single form's rcp is subnormal and flushed,
+// and so is the pair's 1 / d0 here (mul.ftz): x = -inf still gives NaN. A NaN or infinite
+// partner clamps at 127: it leaves the other output as it is but where that one is under
+// 2^-120 and may flush (x below -9.97). Its error: bench/gelu_fit.py.
+// @section gelu_tanh2
+// kf_gelu_tanh's exponent, clamped.
+__device__ __forceinline__ float kf_gelu_tanh_t(float x) { return fminf(x * fmaf(x * x, -1.029432396e-01f, -2.302208198e+00f), 127.0f); }
 __device__ __forceinline__ void kf_gelu_tanh2(float& x, float& y) {
   float ex, ey, q, rx, ry;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ex) : "f"(fminf(x * fmaf(x * x, -1.029432396e-01f, -2.302208198e+00f), 127.0f)));
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ey) : "f"(fminf(y * fmaf(y * y, -1.029432396e-01f, -2.302208198e+00f), 127.0f)));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ex) : "f"(kf_gelu_tanh_t(x)));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(ey) : "f"(kf_gelu_tanh_t(y)));
   const float dx = ex + 1.0f, dy = fmaf(ey, 0x1p-126f, 0x1p-126f);  // d1 2^-126, in [2^-126, 2]
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(q) : "f"(dx * dy));
-  asm("mul.ftz.f32 %0, %1, %2;" : "=f"(rx) : "f"(dy), "f"(q));                    // 1 / d0
-  asm("mul.ftz.f32 %0, %1, 0f00800000;" : "=f"(ry) : "f"(dx * q));                // 1 / d1: d0 / (d0 d1 2^-126) 2^-126
+  asm("mul.ftz.f32 %0, %1, %2;" : "=f"(rx) : "f"(dy), "f"(q));      // 1 / d0
+  asm("mul.ftz.f32 %0, %1, 0f00800000;" : "=f"(ry) : "f"(dx * q));  // 1 / d1: d0 / (d0 d1 2^-126) 2^-126
   x *= rx;
   y *= ry;
 }
-// @end gelu_tanh
+// @end gelu_tanh2
 
 // Calls each, so that a compile on its own assembles them.
 __global__ void kf_gelu_check(float* x) {

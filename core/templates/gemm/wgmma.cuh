@@ -39,7 +39,7 @@
 // (STAGED_T), the epilogue called with (n, m) as its (m, n).
 //
 // Rendered by gemm_cuda.cpp after the prelude, <cuda.h>, <type_traits>, the problem's
-// constants, T, TC, kf_epilogue and the mma_sync kernel (mma_sync.cuh, section `kernel`),
+// constants, T, TC, kf_epilogue, kf_epilogue2 and the mma_sync kernel (mma_sync.cuh, section `kernel`),
 // which runs views whose base pointers TMA cannot take.
 //
 // A kernel file (docs/TEMPLATES.md, "Kernel files"): the renderer takes the text of each
@@ -424,12 +424,14 @@ __device__ __forceinline__ uint32_t packed_pair(float x, float y) {
 // The epilogue of two outputs of a row, (m, n) and (m, n + 1), at their coordinates clamped
 // into C: computed whether or not they are in C (one outside is never stored), so no branch
 // separates the epilogue's loads and they can be issued early and shared between rows (a bias
-// is loaded once per column). Where kN is a multiple of BN every tile lies inside C's columns:
-// no clamp there, and a bias's loads are then the tile's address plus constants. The pair
+// is loaded once per column). Where kN is a multiple of BN and the columns of tiles fill whole
+// clusters, every tile lies inside C's columns (with CLUSTER_N > 1 the last cluster's tiles may
+// start past kN: tile_at): no clamp there, and a bias's loads are then the tile's address plus
+// constants. The pair
 // shares one rcp between two tanh gelus (kf_gelu_tanh2, gemm/gelu.cuh): on the H200 the
 // epilogue of 2048x11008x4096 with bias + gelu took 6 % of the kernel's time, bound by the SFU.
 __device__ __forceinline__ void out_pair(float& v0, float& v1, int b, int64_t m, int64_t n, int64_t M/*$EPPARAMS$*/) {
-  constexpr bool inside = kN % BN == 0;
+  constexpr bool inside = kN == GROUPS_N * CLUSTER_N * BN;
   const int64_t mc = m < M ? m : M - 1;
   kf_epilogue2(v0, v1, b, mc, inside || n < kN ? n : kN - 1, mc, inside || n + 1 < kN ? n + 1 : kN - 1/*$EPARGS$*/);
 }
