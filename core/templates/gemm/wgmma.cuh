@@ -427,9 +427,9 @@ __device__ __forceinline__ uint32_t packed_pair(float x, float y) {
 // is loaded once per column). Where kN is a multiple of BN and the columns of tiles fill whole
 // clusters, every tile lies inside C's columns (with CLUSTER_N > 1 the last cluster's tiles may
 // start past kN: tile_at): no clamp there, and a bias's loads are then the tile's address plus
-// constants. The pair
-// shares one rcp between two tanh gelus (kf_gelu_tanh2, gemm/gelu.cuh): on the H200 the
-// epilogue of 2048x11008x4096 with bias + gelu took 6 % of the kernel's time, bound by the SFU.
+// constants. The pair shares one rcp between two tanh gelus (kf_gelu_tanh2, gemm/gelu.cuh): on
+// the H200 the epilogue of 2048x11008x4096 with bias + gelu took 6 % of the kernel's time,
+// bound by the SFU.
 __device__ __forceinline__ void out_pair(float& v0, float& v1, int b, int64_t m, int64_t n, int64_t M/*$EPPARAMS$*/) {
   constexpr bool inside = kN == GROUPS_N * CLUSTER_N * BN;
   const int64_t mc = m < M ? m : M - 1;
