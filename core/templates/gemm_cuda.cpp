@@ -197,7 +197,16 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
     p.add("/params/warps", "the wgmma kernel runs one producer and one to three consumer warpgroups: warps is 8, 12 or 16, not " + std::to_string(warps));
   } else {
     const int consumers = warps / 4 - 1;
-    if (bm % (64 * consumers) != 0) {
+    const bool pingpong = q.value("pingpong", 0) != 0;
+    if (pingpong && consumers != 2) {
+      p.add("/params/pingpong", "pingpong takes turns between two consumer warpgroups: it needs warps 12, not " + std::to_string(warps));
+    } else if (pingpong) {
+      // Each warpgroup holds a whole tile.
+      if (bm % 64 != 0) p.add("/params/block_m", "with pingpong a warpgroup runs block_m " + std::to_string(bm) + " in 64-row wgmma tiles: it must be a multiple of 64");
+      else if (const int acc = bm / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit)
+        p.add("/params/block_n", "with pingpong a warpgroup's " + std::to_string(bm) + "x" + std::to_string(bn) + " tile holds " + std::to_string(acc) +
+                                     " accumulators per thread; the limit is " + std::to_string(limit) + " (registers)");
+    } else if (bm % (64 * consumers) != 0) {
       p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * consumers));
     } else if (const int acc = bm / consumers / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit) {
       p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(acc) +
@@ -341,6 +350,10 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
           {"cluster_n", "int", ints({1, 2, 3, 4}), 1,
            "wgmma only: the cluster's tile columns; its cluster_m x cluster_n blocks (at most 8) take neighbouring tiles, "
            "those of a row sharing A, those of a column B: each loads 1 / cluster_n of A and multicasts it along its row"},
+          {"pingpong", "int", ints({0, 1}), 0,
+           "wgmma only, with 12 warps: 1 gives each of the two consumer warpgroups whole tiles, every other one of its "
+           "block's (block_m rows a warpgroup, so block_m / 64 x block_n / 2 accumulators a thread, at most 176), their "
+           "main loops taking turns, so that one's epilogue overlaps the other's wgmmas; 0: the two split each tile's rows"},
           {"swap_ab", "int", ints({0, 1}), 0,
            "wgmma only: 1 computes C^T = B^T A^T, so that block_n tiles M in steps of 8 (a ragged or small M: 258 rows in "
            "two tiles of 136, not three of 128); the kernel is then compiled for the request's M (none at run time), "
@@ -699,6 +712,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
   if (q.value("tail_split", 0) != 0) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
   if (q.value("cluster_n", 1) != 1) p.add("/params/cluster_n", "cluster_n is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
+  if (q.value("pingpong", 0) != 0) p.add("/params/pingpong", "pingpong is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q.value("swap_ab", 0) != 0) p.add("/params/swap_ab", "swap_ab is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   int bm = q["block_m"], bn = q["block_n"], bk = q["block_k"], warps = q["warps"], stages = q["stages"];
   if (warps > 12) p.add("/params/warps", "16 warps are the wgmma kernel's (three consumer warpgroups); mma_sync and float32 take 1 to 12");
@@ -816,7 +830,7 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
     if (tail_split > 0) workspace_bytes = uint64_t(kTailSlots) * q["block_m"].get<int>() * q["block_n"].get<int>() * 4;
     if (ta->packed || tb->packed) workspace_bytes = align256(workspace_bytes) + packed_bytes(*ta) + packed_bytes(*tb);
     s.set("split_k", split_k).set("tail_split", tail_split).set("cluster_m", q["cluster_m"].get<int>()).set("cluster_n", q.value("cluster_n", 1));
-    s.set("consumers", warps / 4 - 1).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
+    s.set("consumers", warps / 4 - 1).set("pingpong", b(q.value("pingpong", 0) != 0)).set("a_kmajor", b(ta->kmajor)).set("b_kmajor", b(tb->kmajor));
     s.set("a_batched", b(ta->batch > 1)).set("b_batched", b(tb->batch > 1));
     for (auto [prefix, t] : {std::pair{"a_", *ta}, std::pair{"b_", *tb}}) {
       s.set(std::string(prefix) + "inner", t.inner).set(std::string(prefix) + "outer", t.outer).set(std::string(prefix) + "batch", t.batch);

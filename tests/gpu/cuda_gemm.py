@@ -820,6 +820,42 @@ def main():
                    workdir=work, dtype=dtype, M=1212, N=2600, K=1000, ta=False, tb=kb, arch="sm_90a", params=dict(t3, cluster_m=2))
         report("wgmma bfloat16 192-row runtime M 192x192", run_case_runtime_m, url=url, workdir=work, dtype="bfloat16", params=t3,
                M0=577, Ms=[1, 192, 193, 2049], N=392, K=800, ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
+        # pingpong: the two consumer warpgroups take whole tiles in turns (every other unit of a
+        # block), so every case has more units than blocks (2 to 4 a block, odd counts too: the
+        # first warpgroup then runs one more): every layout, a ragged M and N, an epilogue, C
+        # stored as pairs from registers (N = 1003), swapped (the staged C^T), split-K, a cut
+        # tail (units of different lengths), clusters, a batch and M at run time.
+        pp = {"block_m": 128, "block_n": 128, "block_k": 64, "warps": 12, "stages": 6, "split_k": 1, "cluster_m": 1, "mma": "wgmma", "pingpong": 1}
+        for dtype in ("float16", "bfloat16"):
+            for layout in range(4):
+                ta, tb = bool(layout // 2), bool(layout % 2)
+                m = 2056 if ta else 2049
+                report(f"wgmma {dtype} {'NT'[ta]}{'NT'[tb]} pingpong 128x128 {m}x2056x520", run_case, url=url, workdir=work, dtype=dtype,
+                       M=m, N=2056, K=520, ta=ta, tb=tb, arch="sm_90a", params=pp)
+            report(f"wgmma {dtype} pingpong 64x128 add+gelu 1000x3000x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=1000, N=3000, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
+                   extra=[("bias", torch.randn(3000, device="cuda", dtype=torch.float32))], params=dict(pp, block_m=64, stages=8))
+            report(f"wgmma {dtype} pingpong 128x128 pairs from registers 2049x1003x520", run_case, url=url, workdir=work, dtype=dtype,
+                   M=2049, N=1003, K=520, ta=False, tb=False, arch="sm_90a", params=pp)
+            report(f"wgmma {dtype} pingpong swap_ab 128x168 add+gelu 2349x3584x1024", run_case, url=url, workdir=work, dtype=dtype,
+                   M=2349, N=3584, K=1024, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
+                   extra=[("bias", torch.randn(3584, device="cuda", dtype=torch.float32))], params=dict(pp, block_n=168, stages=5, swap_ab=1))
+            report(f"wgmma {dtype} pingpong swap_ab 64x72 140x3072x3072", run_case, url=url, workdir=work, dtype=dtype,
+                   M=140, N=3072, K=3072, ta=False, tb=False, arch="sm_90a", params=dict(pp, block_m=64, block_n=72, stages=12, swap_ab=1))
+            report(f"wgmma {dtype} pingpong split_k 2 1000x2056x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=1000, N=2056, K=1000, ta=False, tb=False, arch="sm_90a", params=dict(pp, split_k=2))
+            report(f"wgmma {dtype} pingpong tail_split add+gelu 4647x2048x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=4647, N=2048, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
+                   extra=[("bias", torch.randn(2048, device="cuda", dtype=torch.float32))], params=dict(pp, tail_split=1))
+            report(f"wgmma {dtype} pingpong swap_ab 128x72 cluster 2x2 2000x2000x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=2000, N=2000, K=1000, ta=False, tb=False, arch="sm_90a",
+                   params=dict(pp, block_n=72, stages=8, swap_ab=1, cluster_m=2, cluster_n=2))
+            report(f"wgmma {dtype} TN pingpong cluster_m 2 128x128 2056x2056x520", run_case, url=url, workdir=work, dtype=dtype,
+                   M=2056, N=2056, K=520, ta=True, tb=False, arch="sm_90a", params=dict(pp, cluster_m=2))
+            report(f"wgmma {dtype} pingpong batched 5x 600x1000x520", run_case, url=url, workdir=work, dtype=dtype,
+                   M=600, N=1000, K=520, ta=False, tb=False, batch=5, arch="sm_90a", params=pp)
+        report("wgmma float16 pingpong runtime M 128x128", run_case_runtime_m, url=url, workdir=work, dtype="float16", params=pp,
+               M0=2049, Ms=[1, 129, 2049, 4097, 300], N=2056, K=520, ops=chain_ts)
         # M as an argument: one kernel for every M (ragged, smaller and larger than the one it
         # was built for), with split-K (whose workspace grows with M), clusters (an odd number
         # of tile rows) and an epilogue with an [M, N] input.

@@ -40,7 +40,7 @@ TemplateRequest hopper_request(int64_t batch, int64_t M, int64_t N, int64_t K) {
   return r;
 }
 
-// "bm x bn / split", "c2" for a cluster of two (along M; "n2": along N) and "T" for swap_ab (C^T = B^T A^T: bn tiles M), for
+// "bm x bn / split", "c2" for a cluster of two (along M; "n2": along N), "T" for swap_ab (C^T = B^T A^T: bn tiles M) and "p" for pingpong, for
 // each choice; an mma_sync one (only where an operand is copied) as "ms bm x bn x bk / split".
 std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
   const TemplateRequest r = hopper_request(batch, M, N, K);
@@ -55,7 +55,7 @@ std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, i
     out.insert(std::to_string(c["block_m"].get<int>()) + "x" + std::to_string(c["block_n"].get<int>()) + "/" +
                std::to_string(c.value("split_k", 1)) + (c.value("cluster_m", 1) > 1 ? "c" + std::to_string(c["cluster_m"].get<int>()) : "") +
                (c.value("cluster_n", 1) > 1 ? "n" + std::to_string(c["cluster_n"].get<int>()) : "") +
-               (c.value("tail_split", 0) > 0 ? "t" : "") + (c.value("swap_ab", 0) ? "T" : ""));
+               (c.value("tail_split", 0) > 0 ? "t" : "") + (c.value("swap_ab", 0) ? "T" : "") + (c.value("pingpong", 0) ? "p" : ""));
   }
   return out;
 }
@@ -334,6 +334,40 @@ TEST(GemmChoices, SwappedTilingsFitTheWaves) {
   EXPECT_NE(wide.error().message.find("184 accumulators per thread; the limit is 176"), std::string::npos) << wide.error().message;
   r.spec.params = {{"block_m", 192}, {"block_n", 200}, {"block_k", 64}, {"warps", 16}, {"stages", 3}, {"split_k", 1}, {"swap_ab", 1}, {"mma", "wgmma"}};
   EXPECT_FALSE(gemm->check(r));
+}
+
+// pingpong: two consumer warpgroups (12 warps) each holding whole tiles, so the accumulator
+// limit counts block_m / 64 wgmma tiles a thread; the rendering says PINGPONG and the mma_sync
+// kernel refuses it.
+TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
+  const Template* gemm = Registry::builtin().find("gemm");
+  auto refusal = [&](nlohmann::json params) {
+    TemplateRequest r = hopper_request(1, 2349, 3584, 1024);
+    r.spec.params = std::move(params);
+    const auto c = gemm->check(r);
+    return c ? std::string() : c.error().fields.at(0).field + ": " + c.error().message;
+  };
+  const nlohmann::json pp = {{"block_m", 128}, {"block_n", 168}, {"block_k", 64}, {"warps", 12}, {"stages", 5}, {"split_k", 1}, {"cluster_m", 1}, {"swap_ab", 1}, {"pingpong", 1}, {"mma", "wgmma"}};
+  EXPECT_EQ(refusal(pp), "");
+  EXPECT_EQ(refusal({{"block_m", 64}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"pingpong", 1}, {"mma", "wgmma"}}), "");
+  nlohmann::json wide = pp;
+  wide["block_n"] = 184;  // 2 x 92 accumulators
+  EXPECT_NE(refusal(wide).find("/params/block_n: with pingpong a warpgroup's 128x184 tile holds 184 accumulators per thread; the limit is 176"),
+            std::string::npos) << refusal(wide);
+  nlohmann::json one = pp;
+  one["warps"] = 8;
+  EXPECT_NE(refusal(one).find("/params/pingpong: pingpong takes turns between two consumer warpgroups: it needs warps 12, not 8"),
+            std::string::npos) << refusal(one);
+  EXPECT_NE(refusal({{"mma", "mma_sync"}, {"pingpong", 1}}).find("/params/pingpong"), std::string::npos);
+  TemplateRequest r = hopper_request(1, 2349, 3584, 1024);
+  r.spec.params = pp;
+  const auto k = gemm->render(r, false);
+  ASSERT_TRUE(k) << k.error().message;
+  EXPECT_NE(k->source.find("constexpr bool PINGPONG = true;"), std::string::npos);
+  r.spec.params.erase("pingpong");
+  const auto cooperative = gemm->render(r, false);
+  ASSERT_TRUE(cooperative) << cooperative.error().message;
+  EXPECT_NE(cooperative->source.find("constexpr bool PINGPONG = false;"), std::string::npos);
 }
 
 // Few rows streaming B (M <= 128, not compute-bound) try what cuBLAS runs there: 64-row tiles of

@@ -34,6 +34,11 @@
 // 128x128 tiles on the H200: the idle threads of the producer's warpgroup waited on it
 // through the whole kernel, beside the one that loads.)
 //
+// With PINGPONG the two consumer warpgroups do not share a tile: each runs every other unit
+// of its block, all BM rows of it, their main loops taking turns (turn_wait): while one
+// warpgroup's epilogue rounds and stores its tile, the other's wgmmas keep the tensor cores
+// busy (CUTLASS's ping-pong kernel; cuBLAS's nvjet kernels without `coop` in their names).
+//
 // With swap_ab the renderer gives this kernel the problem C^T = B^T A^T (gemm_cuda.cpp's
 // swapped_ab): M along wgmma's N in 8-row steps, C^T stored through each warp's buffer
 // (STAGED_T), the epilogue called with (n, m) as its (m, n).
@@ -75,6 +80,7 @@ using TC = half;
 #define $tail_split$ 0
 #define $cluster_m$ 2
 #define $cluster_n$ 1
+#define $pingpong$ false
 #define $a_kmajor$ true
 #define $b_kmajor$ false
 #define $a_batched$ false
@@ -114,7 +120,13 @@ constexpr int TAIL_SPLIT = $tail_split$;  // 0: every tile whole; 1: the last pa
 constexpr int64_t MAX_SLOTS = 320, MAX_PARTS = 8;
 static_assert(TAIL_SPLIT == 0 || (SPLIT_K == 1 && CLUSTER == 1), "tail_split takes split_k 1 and cluster_m and cluster_n 1");
 constexpr int THREADS = (CONSUMERS + 1) * 128;
-constexpr int WG_M = BM / CONSUMERS, M_ITERS = WG_M / 64;
+// With PINGPONG the two consumer warpgroups take turns: each runs every other unit of the block
+// whole (BM rows), and one's epilogue overlaps the other's main loop (consume()). Otherwise
+// they split each tile's rows.
+constexpr bool PINGPONG = $pingpong$;
+static_assert(!PINGPONG || CONSUMERS == 2, "pingpong takes two consumer warpgroups");
+constexpr int WG_M = PINGPONG ? BM : BM / CONSUMERS, M_ITERS = WG_M / 64;
+constexpr int RELEASERS = PINGPONG ? 1 : CONSUMERS;  // the consumer warpgroups that hand back each stage, per block
 constexpr bool A_KMAJOR = $a_kmajor$, B_KMAJOR = $b_kmajor$;
 constexpr bool A_BATCHED = $a_batched$, B_BATCHED = $b_batched$;
 constexpr int KTILES = int((kK + BK - 1) / BK);
@@ -674,7 +686,17 @@ __device__ __forceinline__ int64_t produce(const CUtensorMap& tmA, const CUtenso
   return it;
 }
 
-// The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue.
+// PINGPONG's turns, on named barriers 1 and 2 (0 is __syncthreads'), 128 threads of each
+// consumer warpgroup: the warpgroup of the block's unit j (j % 2) starts its main loop once the
+// other has issued its wgmmas of unit j - 1 (turn_pass on barrier 1 + j % 2). So the main loops
+// run one after the other in the order the producer loads their slices, and a warpgroup never
+// waits on a stage's full barrier more than one phase ahead (its parity could not tell them
+// apart), while the other warpgroup's epilogue overlaps it.
+__device__ __forceinline__ void turn_wait(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void turn_pass(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
+
+// The consumer warpgroups: wgmma over each unit's slices, then the unit's epilogue; both on
+// every unit (rows wg * WG_M on), or with PINGPONG each on every other unit, whole.
 __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__ C, float* __restrict__ W, uint32_t base, uint32_t full, uint32_t empty,
                                         unsigned char* epi, int wg, int tid, int rank, const Rows rows, int64_t first_unit, int64_t unit_step/*$EPPARAMS$*/) {
   // Accumulator layout of wgmma.m64nN: warp w of the warpgroup holds rows 16w + lane/4 (+8),
@@ -684,10 +706,19 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
   float acc[M_ITERS][BN / 2];
   Ring ring;
   int last = 0;  // the stage of the slice before
+  const int wg_row = PINGPONG ? 0 : wg * WG_M;  // this warpgroup's first row of a tile
   // Stage 0's descriptors of this warpgroup's rows of A, and of B.
-  const uint64_t da = desc_a(base, wg * WG_M, 0), db = desc_b(base + A_BYTES, 0);
+  const uint64_t da = desc_a(base, wg_row, 0), db = desc_b(base + A_BYTES, 0);
   const int64_t M = rows.M;
-  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows)) {
+  int64_t sliced = 0;  // PINGPONG: the slices of the block's units before this one (where its first lies in the ring)
+  int j = 0;           // PINGPONG: the unit's place among the block's
+  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows), ++j) {
+    if constexpr (PINGPONG) {
+      const int64_t before = sliced;
+      sliced += w.k1 - w.k0;
+      if (j % 2 != wg) continue;  // the other warpgroup's
+      ring.s = int(before % STAGES), ring.phase = uint32_t(before / STAGES) & 1u;
+    }
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
 #pragma unroll
     for (int mi = 0; mi < M_ITERS; ++mi) {
@@ -695,6 +726,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
       fence_regs(acc[mi]);
     }
+    if (PINGPONG && j > 0) turn_wait(1 + wg);
     for (int kt = w.k0; kt < w.k1; ++kt, ring.next()) {
       mbar_wait(full + 8 * ring.s, ring.phase);
       const uint32_t at = uint32_t(ring.s) * STAGE_BYTES;
@@ -711,6 +743,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       if (kt > w.k0 && tid == 0) release(empty + 8 * last);
       last = ring.s;
     }
+    if (PINGPONG && w.unit + unit_step < rows.units) turn_pass(2 - wg);  // unit j + 1's turn
     wgmma_wait<0>();
     if (tid == 0) release(empty + 8 * last);  // the tile's last slice
 #pragma unroll
@@ -721,25 +754,25 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       if (w.slot >= 0) {  // a part of a tail tile: its partial sums, for tail_reduce
         float* const Wt = W + w.slot * int64_t(BM) * BN;
 #pragma unroll
-        for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, wg * WG_M + mi * 64 + warp * 16, lane);
+        for (int mi = 0; mi < M_ITERS; ++mi) store_tile_partial(acc[mi], Wt, wg_row + mi * 64 + warp * 16, lane);
         continue;
       }
     }
     if constexpr (SPLITS > 1) {
       float* const Ws = W + (int64_t(w.split) * kBatch + b) * M * kN;
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_partial(acc[mi], Ws, tile.m0 + wg_row + mi * 64 + warp * 16, tile.n0, M, lane);
       continue;
     }
     if constexpr (STAGED) {
 #pragma unroll
-      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
+      for (int mi = 0; mi < M_ITERS; ++mi) store_staged(acc[mi], buf, tmC, b, tile.m0 + wg_row + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
     } else if constexpr (STAGED_T) {
       TC* const Cb = C + offC + int64_t(b) * sCb;
       const bool vec = reinterpret_cast<uintptr_t>(C) % 16 == 0;
 #pragma unroll
       for (int mi = 0; mi < M_ITERS; ++mi)
-        store_staged_t(acc[mi], buf, Cb, vec, b, tile.m0 + wg * WG_M + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
+        store_staged_t(acc[mi], buf, Cb, vec, b, tile.m0 + wg_row + mi * 64 + warp * 16, tile.n0, M, lane/*$EPARGS$*/);
     } else {
       TC* const Cb = C + offC + int64_t(b) * sCb;
       const bool pairs = PAIRS && reinterpret_cast<uintptr_t>(C) % (2 * sizeof(TC)) == 0;
@@ -749,7 +782,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
         for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int64_t m = tile.m0 + wg * WG_M + mi * 64 + warp * 16 + lane / 4 + 8 * h;
+            const int64_t m = tile.m0 + wg_row + mi * 64 + warp * 16 + lane / 4 + 8 * h;
             const int64_t n = tile.n0 + j * 8 + 2 * (lane % 4);
             float v0 = acc[mi][j * 4 + 2 * h], v1 = acc[mi][j * 4 + 2 * h + 1];
             out_pair(v0, v1, b, m, n, M/*$EPARGS$*/);
@@ -789,7 +822,7 @@ __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, CONSUMERS * CLUSTER);
+      mbar_init(empty + 8 * s, RELEASERS * CLUSTER);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
