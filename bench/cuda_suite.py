@@ -311,7 +311,7 @@ def main():
                       f"{[{k: round(v) for k, v in c.get('benchmark', {}).get('phases_ms', {}).items()} for c in j.get('choices', [])]}",
                       flush=True)
                 # The ranking: each choice's median and what sets it apart from the default tiling (/c2x2: cluster_m x cluster_n;
-                # /t: tail_split; /T: swap_ab, where block_n tiles M).
+                # /t: tail_split; /T: swap_ab, where block_n tiles M; /p: pingpong).
                 print(f"{'':>42}ranked: " + "; ".join(
                     f"{c.get('benchmark', {}).get('median_ms', float('nan')):.4f} "
                     f"{c.get('params', {}).get('block_m')}x{c.get('params', {}).get('block_n')}"
@@ -320,6 +320,7 @@ def main():
                     f"{'x' + str(c['params']['cluster_n']) if c.get('params', {}).get('cluster_n', 1) > 1 else ''}"
                     f"{'/t' if c.get('params', {}).get('tail_split', 0) else ''}"
                     f"{'/T' if c.get('params', {}).get('swap_ab', 0) else ''}"
+                    f"{'/p' if c.get('params', {}).get('pingpong', 0) else ''}"
                     for c in j.get("choices", [])), flush=True)
             elif bench.get("phases_ms"):
                 print(f"{'':>42}runner phases (ms): {json.dumps({k: round(v, 1) for k, v in bench['phases_ms'].items()})}", flush=True)

@@ -478,6 +478,18 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
     std::stable_sort(tails.begin(), tails.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     if (tails.size() > 3) tails.resize(3);
     for (auto& [e, c] : tails) out.push_back(std::move(c));
+    // pingpong (two warpgroups in turns on whole tiles, one's epilogue under the other's wgmmas)
+    // pays where the epilogue weighs against a tile's main loop: an epilogue fused, or a short K
+    // (32 slices or fewer). There, where the problem is compute-bound, 128x128 with it in pairs
+    // (estimated at 0.97). On the H200 (bench/gemm_ab.py, fp16) 2048x11008x4096 with bias + gelu
+    // took 0.2753 ms so (0.2769 alone), 1.05x cuBLASLt's fused epilogue and 1.01x torch.mm's
+    // plain gemm, where 128x256 in pairs took 0.3086; 4096^3 without an epilogue, 0.1916 against
+    // 128x256 in pairs' 0.1896, so not there.
+    const bool epilogue_weighs = !req.spec.epilogue.empty() || g.K <= 2048;
+    if (compute_bound && epilogue_weighs && estimate({128, 128, 12, 6, 0.97, 2}) <= 1.15 * best) {
+      out.push_back({{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"warps", 12}, {"stages", 6}, {"split_k", 1}, {"cluster_m", 2},
+                     {"pingpong", 1}, {"mma", "wgmma"}});
+    }
     // Fewer tiles than SMs (a skinny or ragged M, a small problem): each SM then streams a
     // whole K range on its own, at the bandwidth one SM gets from L2, while the others idle
     // (257x4096x4096 in 66 tiles of 128x192: 0.78x cuBLAS). The tilings whose K split fills
@@ -614,18 +626,57 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       // of equals) where M is ragged and the problem compute-bound (where it is not, tiles of M
       // narrower than needed read B again for nothing).
       if (compute_bound && ragged && fewest && std::find(out.begin(), out.end(), std::get<2>(*fewest)) == out.end()) out.push_back(std::get<2>(*fewest));
+      // Where compute-bound and the epilogue weighs (above), each swapped 128-row tiling of whole
+      // tiles that a warpgroup can hold (M in tiles of 176 rows or fewer) with pingpong as well:
+      // 2349x3584x1024 in 128x168 took 0.0308 ms on the H200 with it, 0.0323 without (torch.mm
+      // 0.0284; cuBLAS's kernel there is the same tiling, nvjet's 128x168 without `coop`).
+      if (compute_bound && epilogue_weighs) {
+        const size_t swapped = out.size();
+        for (size_t i = 0; i < swapped; ++i) {
+          const json& c = out[i];
+          if (c.value("swap_ab", 0) == 1 && c["block_m"] == 128 && c["block_n"].get<int>() <= 176 && c["split_k"] == 1) {
+            json twin = c;
+            twin["pingpong"] = 1;
+            out.push_back(std::move(twin));
+          }
+        }
+      }
+      // The same small problem with rows off 128 bytes (above) swapped, in the clusters that
+      // multicast the swapped problem's off operands: 128-row tiles of N, M in the narrowest
+      // tiles (64 to 128 rows) whose clusters all run at once. cuBLAS runs 1000^3 so (128x72
+      // in 4x2); on the H200 (bench/gemm_ab.py, fp16) 128x72 in 2x2 took 0.0102 ms, 4x2 0.0104,
+      // alone 0.0134, against 0.0117 for 128x128 in 2x2 and torch.mm's 0.0099.
+      const bool wa_off = off_128(wa), wb_off = off_128(wb);
+      if (!compute_bound && g.batch == 1 && (wa_off || wb_off)) {
+        const int64_t rows = (w.M + 127) / 128;
+        bool found = false;
+        for (auto [cm, cn] : {std::pair{2, 2}, std::pair{1, 2}, std::pair{2, 1}}) {
+          if (found || (cm == 2 && (!wb_off || rows < 2)) || (cn == 2 && !wa_off)) continue;
+          for (int64_t t = (w.N + 63) / 64; t >= 1 && !found; --t) {  // the narrowest tiles first
+            const int bn = int(((w.N + t - 1) / t + 7) / 8 * 8);
+            if (bn > 128 || (w.N + bn - 1) / bn != t) continue;  // t tiles of bn, no wider than the unswapped 128x128
+            const int64_t clusters = (rows + cm - 1) / cm * ((t + cn - 1) / cn);
+            if (clusters > (cm * cn == 4 ? kQuadsAtOnce : kPairsAtOnce)) continue;
+            out.push_back({{"block_m", 128}, {"block_n", bn}, {"block_k", 64}, {"warps", 12}, {"stages", wgmma_stages(128, bn, 2, 8)}, {"split_k", 1},
+                           {"cluster_m", cm}, {"cluster_n", cn}, {"swap_ab", 1}, {"mma", "wgmma"}});
+            found = true;
+          }
+        }
+      }
     }
-    // Few rows streaming B (M <= 128, not compute-bound): the time is B's bytes at the rate the
+    // Few rows streaming B (M <= 256, not compute-bound): the time is B's bytes at the rate the
     // SMs draw them from memory, which the model above does not count. cuBLAS runs 64-row
     // tiles of N there, M whole in one tile of the swapped problem or in two, K whole, and as
     // many stages as fit (the H100's profiler: 64x72 in 12 stages at 65x5120x5120, 64x24 in 16
-    // at 40x2560x2592, 64x64 in 13 at 128x4096x4096). The same tilings here, with 8 stages and
-    // with the deepest ring (at most 16): on the H100 the deep ring took 65x5120x5120 from 0.0330
+    // at 40x2560x2592, 64x64 in 13 at 128x4096x4096; the H200's: 64x72 in 12 at 140x3072x3072,
+    // where the same tiles here took 0.0138 ms against 0.0156 for the 64x128 the search had
+    // picked, torch.mm 0.0135, bench/gemm_ab.py). The same tilings here, with 8 stages and with
+    // the deepest ring (at most 16): on the H100 the deep ring took 65x5120x5120 from 0.0330
     // to 0.0316 ms and 128x4096x4096's 64x64 from 0.0256 to 0.0232, but 99x3128x3072's from
     // 0.0183 to 0.0201, so both are timed. M in two tiles only where their blocks fit one wave;
     // an M of 64-row tiles runs unswapped (128x4096x4096: 64x64 0.0234 ms, swapped 0.0261).
     // One batch only: no batched shape of few rows was measured.
-    if (!compute_bound && g.M <= 128 && g.batch == 1) {
+    if (!compute_bound && g.M <= 256 && g.batch == 1) {
       auto add = [&](json c) {
         if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(std::move(c));
       };

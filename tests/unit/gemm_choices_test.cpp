@@ -94,7 +94,7 @@ TEST(GemmChoices, ComputeBoundProblemsSkipTheTilingsTheCostModelPutsFarBehind) {
   // with two consumers is 1.11x the best; 64x256 and 128x128 with one consumer 1.18x, and
   // 64x128 and 128x64 tiles (16 waves of a quarter of the work at 0.7) 1.43x: not tried.
   // 128x192's 704 tiles (5 waves and a third) are 1.18x whole, 1.13x with the 44 past the
-  // fifth wave cut into 3 parts.
+  // fifth wave cut into 3 parts. No pingpong: no epilogue, and K long.
   EXPECT_EQ(hopper_choices(1, 4096, 4096, 4096), (std::multiset<std::string>{"128x256/1", "128x256/1", "256x128/1", "128x128/1",
                                                                               "128x256/1c2", "128x256/1c2", "128x192/1t"}));
 }
@@ -221,9 +221,10 @@ TEST(GemmChoices, RowsOff128BytesTryClustersThatReadTheOperandOnce) {
   const auto short_k = hopper_choices(1, 6401, 2792, 1040);
   // 561 tiles of 128x256 or 510 of 192x192 (the H100's best there, 0.0687 ms in pairs); 128x128's
   // 1122 ask for 512. Swapped (6401 rows: ragged), 51 tiles of 128 rows of M, 48 of 136, 101 of
-  // 64, and 41 of 160 (the fewest waves of 128-row tiles: 902 tiles).
+  // 64, and 41 of 160 (the fewest waves of 128-row tiles: 902 tiles). K = 1040 is short: the
+  // swapped 128-row tilings with pingpong as well, and 128x128 with it in pairs.
   EXPECT_EQ(short_k, (std::multiset<std::string>{"128x256/1c2", "128x256/1c2", "192x192/1c2", "128x128/1", "128x128/1T", "128x136/1T",
-                                                 "192x64/1T", "128x160/1T"}));
+                                                 "192x64/1T", "128x160/1T", "128x128/1Tp", "128x136/1Tp", "128x160/1Tp", "128x128/1c2p"}));
   // Aligned rows of B: no cluster where the tiles do not fill the SMs, and 192x192 not in pairs.
   for (auto [m, n, k] : {std::tuple{1212, 2624, 6888}, std::tuple{1216, 2560, 6912}}) {
     for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_EQ(c.find("c2"), std::string::npos) << m << "x" << n << "x" << k << " " << c;
@@ -238,6 +239,11 @@ TEST(GemmChoices, RowsOff128BytesTryClustersThatReadTheOperandOnce) {
   const auto a_off = hopper_choices(1, 1000, 1024, 1000);
   EXPECT_EQ(a_off.count("128x128/1n2"), 1u) << ::testing::PrintToString(a_off);
   EXPECT_EQ(a_off.count("128x64/1n2"), 1u) << ::testing::PrintToString(a_off);
+  // Swapped as well, where C^T's rows are the problem's columns: 1000^3 in 128x72 (M in 14
+  // tiles of 72; 64 would make 32 clusters of four) in 2x2, cuBLAS's tiles; with only A off
+  // (the swapped problem's B: A^T), pairs along its M, in M's narrowest tiles of 64.
+  EXPECT_EQ(both_off.count("128x72/1c2n2T"), 1u) << ::testing::PrintToString(both_off);
+  EXPECT_EQ(a_off.count("128x64/1c2T"), 1u) << ::testing::PrintToString(a_off);
   for (const std::string& c : hopper_choices(1, 1024, 1024, 1024)) EXPECT_EQ(c.find('n'), std::string::npos) << c;
   // Too many clusters to run at once (1212x2600x6888, B off: 105 pairs of 128x128): none.
   EXPECT_EQ(single_wave.count("128x128/1c2"), 0u);
@@ -340,6 +346,33 @@ TEST(GemmChoices, SwappedTilingsFitTheWaves) {
 // limit counts block_m / 64 wgmma tiles a thread; the rendering says PINGPONG and the mma_sync
 // kernel refuses it.
 TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
+  // The search tries it where the epilogue weighs against a tile's main loop: a short K
+  // (2349x3584x1024: swapped 128x168 with it, cuBLAS's tiling there, and 128x128 in pairs) or
+  // an epilogue (the MLP's 2048x11008x4096 with bias + gelu: 128x128 in pairs); not the same
+  // matmul without one (K = 4096).
+  const auto short_k = hopper_choices(1, 2349, 3584, 1024);
+  EXPECT_EQ(short_k.count("128x168/1Tp"), 1u) << ::testing::PrintToString(short_k);
+  EXPECT_EQ(short_k.count("128x128/1c2p"), 1u) << ::testing::PrintToString(short_k);
+  TemplateRequest fused = hopper_request(1, 2048, 11008, 4096);
+  TensorMeta bias;
+  bias.name = "bias", bias.dtype = Dtype::kFloat16, bias.sizes = {11008}, bias.strides = {1};
+  fused.spec.inputs.push_back(bias);
+  EpilogueOp add, gelu;
+  add.op = "add", add.input = 2;
+  gelu.op = "gelu";
+  fused.spec.epilogue = {add, gelu};
+  auto pingpongs = [&](const TemplateRequest& r) {
+    std::vector<nlohmann::json> out;
+    for (const auto& c : Registry::builtin().find("gemm")->default_choices(r))
+      if (c.value("pingpong", 0) == 1) out.push_back(c);
+    return out;
+  };
+  const auto with_epilogue = pingpongs(fused);
+  ASSERT_EQ(with_epilogue.size(), 1u);
+  EXPECT_EQ(with_epilogue[0]["block_m"], 128);
+  EXPECT_EQ(with_epilogue[0]["block_n"], 128);
+  EXPECT_EQ(with_epilogue[0]["cluster_m"], 2);
+  EXPECT_TRUE(pingpongs(hopper_request(1, 2048, 11008, 4096)).empty());
   const Template* gemm = Registry::builtin().find("gemm");
   auto refusal = [&](nlohmann::json params) {
     TemplateRequest r = hopper_request(1, 2349, 3584, 1024);
@@ -370,7 +403,7 @@ TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
   EXPECT_NE(cooperative->source.find("constexpr bool PINGPONG = false;"), std::string::npos);
 }
 
-// Few rows streaming B (M <= 128, not compute-bound) try what cuBLAS runs there: 64-row tiles of
+// Few rows streaming B (M <= 256, not compute-bound) try what cuBLAS runs there: 64-row tiles of
 // N, M whole in one swapped tile or in two, K whole, in 8 stages and in the deepest ring that
 // fits (at most 16); an M of 64-row tiles takes 64x64 unswapped instead.
 TEST(GemmChoices, FewRowsTryDeepRingsOf64RowTiles) {
@@ -387,6 +420,10 @@ TEST(GemmChoices, FewRowsTryDeepRingsOf64RowTiles) {
   EXPECT_EQ(stages_of(40, 2560, 2592, 64, 24, true), (std::multiset<int>{8, 16}));  // M in two tiles of 24
   EXPECT_EQ(stages_of(128, 4096, 4096, 64, 64, false), (std::multiset<int>{8, 13}));
   EXPECT_EQ(stages_of(128, 4096, 4096, 64, 64, true), std::multiset<int>{});
+  EXPECT_EQ(stages_of(140, 3072, 3072, 64, 72, true), (std::multiset<int>{8, 12}));  // the H200's cuBLAS: 64x72, 12 stages
+  EXPECT_EQ(stages_of(140, 3072, 3072, 64, 144, true), (std::multiset<int>{8}));     // M whole: 8 stages are the deepest ring
+  EXPECT_EQ(stages_of(256, 3072, 3072, 64, 64, false), (std::multiset<int>{8, 13}));
+  EXPECT_EQ(stages_of(320, 3072, 3072, 64, 64, false), (std::multiset<int>{8}));  // past 256 rows: the search's 64x64 alone
   EXPECT_EQ(stages_of(4096, 4096, 4096, 64, 64, false), std::multiset<int>{});  // compute-bound
   // The rings are checked against the shared memory: 16 stages of 64x24, not 10 of 64x128.
   const Template* gemm = Registry::builtin().find("gemm");
