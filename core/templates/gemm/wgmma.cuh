@@ -687,8 +687,8 @@ __device__ __forceinline__ int64_t produce(const CUtensorMap& tmA, const CUtenso
 }
 
 // PINGPONG's turns, on named barriers 1 and 2 (0 is __syncthreads'), 128 threads of each
-// consumer warpgroup: the warpgroup of the block's unit j (j % 2) starts its main loop once the
-// other has issued its wgmmas of unit j - 1 (turn_pass on barrier 1 + j % 2). So the main loops
+// consumer warpgroup: the warpgroup of the block's unit u (u % 2) starts its main loop once the
+// other has issued its wgmmas of unit u - 1 (turn_pass on barrier 1 + u % 2). So the main loops
 // run one after the other in the order the producer loads their slices, and a warpgroup never
 // waits on a stage's full barrier more than one phase ahead (its parity could not tell them
 // apart), while the other warpgroup's epilogue overlaps it.
@@ -711,12 +711,12 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
   const uint64_t da = desc_a(base, wg_row, 0), db = desc_b(base + A_BYTES, 0);
   const int64_t M = rows.M;
   int64_t sliced = 0;  // PINGPONG: the slices of the block's units before this one (where its first lies in the ring)
-  int j = 0;           // PINGPONG: the unit's place among the block's
-  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows), ++j) {
+  int u = 0;           // PINGPONG: the unit's place among the block's
+  for (Work w = unit_work(first_unit, rows); w.unit < rows.units; w = unit_work(w.unit + unit_step, rows), ++u) {
     if constexpr (PINGPONG) {
       const int64_t before = sliced;
       sliced += w.k1 - w.k0;
-      if (j % 2 != wg) continue;  // the other warpgroup's
+      if (u % 2 != wg) continue;  // the other warpgroup's
       ring.s = int(before % STAGES), ring.phase = uint32_t(before / STAGES) & 1u;
     }
     const Tile tile = tile_at(w.tile, rank, rows.groups_m);
@@ -726,7 +726,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       for (int i = 0; i < BN / 2; ++i) acc[mi][i] = 0.0f;
       fence_regs(acc[mi]);
     }
-    if (PINGPONG && j > 0) turn_wait(1 + wg);
+    if (PINGPONG && u > 0) turn_wait(1 + wg);
     for (int kt = w.k0; kt < w.k1; ++kt, ring.next()) {
       mbar_wait(full + 8 * ring.s, ring.phase);
       const uint32_t at = uint32_t(ring.s) * STAGE_BYTES;
@@ -743,7 +743,7 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
       if (kt > w.k0 && tid == 0) release(empty + 8 * last);
       last = ring.s;
     }
-    if (PINGPONG && w.unit + unit_step < rows.units) turn_pass(2 - wg);  // unit j + 1's turn
+    if (PINGPONG && w.unit + unit_step < rows.units) turn_pass(2 - wg);  // unit u + 1's turn
     wgmma_wait<0>();
     if (tid == 0) release(empty + 8 * last);  // the tile's last slice
 #pragma unroll
@@ -804,7 +804,8 @@ __device__ __forceinline__ void consume(const CUtensorMap* tmC, TC* __restrict__
 
 // Persistent: each cluster (or block) walks units c, + clusters, ...; the producer runs ahead
 // into the next unit while the consumers store this one. The producer's and the consumers'
-// Rings (and the consumers' `last`) carry over from unit to unit, as the slices do.
+// Rings (and the consumers' `last`) carry over from unit to unit, as the slices do (with
+// PINGPONG a warpgroup sets its Ring at each of its units, past the other's slices).
 __global__ void __launch_bounds__(THREADS, 1) gemm_wgmma(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                                                          const __grid_constant__ CUtensorMap tmC, TC* __restrict__ C, float* __restrict__ W, const Rows rows/*$EPPARAMS$*/) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
