@@ -346,6 +346,7 @@ TEST(GemmChoices, SwappedTilingsFitTheWaves) {
 // limit counts block_m / 64 wgmma tiles a thread; the rendering says PINGPONG and the mma_sync
 // kernel refuses it.
 TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
+  const Template* gemm = Registry::builtin().find("gemm");
   // The search tries it where the epilogue weighs against a tile's main loop: a short K
   // (2349x3584x1024: swapped 128x168 with it, cuBLAS's tiling there, and 128x128 in pairs) or
   // an epilogue (the MLP's 2048x11008x4096 with bias + gelu: 128x128 in pairs); not the same
@@ -363,7 +364,7 @@ TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
   fused.spec.epilogue = {add, gelu};
   auto pingpongs = [&](const TemplateRequest& r) {
     std::vector<nlohmann::json> out;
-    for (const auto& c : Registry::builtin().find("gemm")->default_choices(r))
+    for (const auto& c : gemm->default_choices(r))
       if (c.value("pingpong", 0) == 1) out.push_back(c);
     return out;
   };
@@ -373,7 +374,6 @@ TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
   EXPECT_EQ(with_epilogue[0]["block_n"], 128);
   EXPECT_EQ(with_epilogue[0]["cluster_m"], 2);
   EXPECT_TRUE(pingpongs(hopper_request(1, 2048, 11008, 4096)).empty());
-  const Template* gemm = Registry::builtin().find("gemm");
   auto refusal = [&](nlohmann::json params) {
     TemplateRequest r = hopper_request(1, 2349, 3584, 1024);
     r.spec.params = std::move(params);
