@@ -586,8 +586,11 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         // 192- and 256-row tiles of N only where the tiles fill the SMs (513x7736x2560,
         // 258x28672x7200): at 257x4096x4096 (48 tiles of 128x256) 192-row ones pushed out 64x136
         // and 128x72, the H100's two best (0.0280 and 0.0302 ms against 0.0336 without them).
-        // 256 rows are cuBLAS's tiles at 1204x8192x2048 (256x152: M in 8 tiles, 2 waves).
-        if (bm >= 192 && (g.M <= 128 || !compute_bound)) continue;
+        // 256 rows are cuBLAS's tiles at 1204x8192x2048 (256x152: M in 8 tiles, 2 waves). Also
+        // where 128x256 tiles fill half the SMs: 283x9216x3072 (108 of them, a third row of 27)
+        // in 256x96 and in 192x144 took 0.0387 ms with bias + gelu against 0.0394 for 128x256
+        // and 0.0399 for 128x96 swapped (H200, bench/gemm_ab.py, fp16; cuBLASLt 0.0362).
+        if (bm >= 192 && (g.M <= 128 || (!compute_bound && tile_count(g, 128, 256) < kSms / 2))) continue;
         const int consumers = warps / 4 - 1, max_bn = wgmma_accumulator_limit(consumers) * 2 / (bm / consumers / 64);
         // Each tiling of M once, widest first: t tiles of bn rows, bn the narrowest multiple of 8
         // that cuts M into t (at most 32 widths, whatever M).
@@ -692,6 +695,19 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         for (int64_t t : {1, 2}) {
           const int bn = int(((g.M + t - 1) / t + 7) / 8 * 8);
           if (t == 1 || tile_count(w, 64, bn) <= kSms) rings(64, bn, true);
+        }
+        // Where M whole in 64-row tiles of N takes more than a wave, the narrowest taller tiles
+        // (128, 192 or 256 rows) that take one, in the deepest ring: 2x21504x7200 in 336 tiles of
+        // 64x8 (2.5 waves) took 0.0910 ms with bias + gelu, in 112 of 192x8 0.0861 (H200,
+        // bench/gemm_ab.py, fp16; cuBLASLt 0.0849).
+        const int bn = int((g.M + 7) / 8 * 8);
+        for (auto [bm, warps] : {std::pair{128, 12}, std::pair{192, 16}, std::pair{256, 12}}) {
+          const int consumers = warps / 4 - 1;
+          if (tile_count(w, 64, bn) <= kSms) break;
+          if (tile_count(w, bm, bn) > kSms || bm / consumers / 64 * bn / 2 > wgmma_accumulator_limit(consumers)) continue;
+          add({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", wgmma_stages(bm, bn, consumers, 16)}, {"split_k", 1},
+               {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}});
+          break;
         }
       }
     }

@@ -813,6 +813,14 @@ def main():
             report(f"wgmma {dtype} 192-row swap_ab 192x176 add+gelu 513x7736x2560", run_case, url=url, workdir=work, dtype=dtype,
                    M=513, N=7736, K=2560, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
                    extra=[("bias", torch.randn(7736, device="cuda", dtype=torch.float32))], params=dict(t3, block_n=176, swap_ab=1))
+            # The search's one-wave tiles: few rows in 192-row tiles of N (2 rows in 8: four
+            # accumulators a thread), and 256x96 swapped over a ragged M.
+            report(f"wgmma {dtype} 192-row swap_ab 192x8 ring 8 add+gelu 2x13000x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=2, N=13000, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a",
+                   extra=[("bias", torch.randn(13000, device="cuda", dtype=torch.float32))], params=dict(t3, block_n=8, stages=8, swap_ab=1))
+            report(f"wgmma {dtype} swap_ab 256x96 add+gelu 283x4000x1000", run_case, url=url, workdir=work, dtype=dtype,
+                   M=283, N=4000, K=1000, ta=False, tb=False, ops=gelu_t, arch="sm_90a", extra=[("bias", torch.randn(4000, device="cuda", dtype=torch.float32))],
+                   params=dict(t3, block_m=256, block_n=96, warps=12, swap_ab=1))
             # B's rows off 128 bytes, where the search pairs 192x192 tiles (one B read for both):
             # N = 2600, 7 tile rows (the last pair's second past M); bf16 with a K-major B (K = 1000: its rows off too).
             kb = dtype == "bfloat16"

@@ -320,6 +320,11 @@ TEST(GemmChoices, SwappedTilingsFitTheWaves) {
   // Not where the problem is not compute-bound: 65x4096x4096 gets no 128x24 (96 tiles of M's 24s).
   EXPECT_EQ(hopper_choices(1, 65, 4096, 4096).count("128x24/1T"), 0u);
   EXPECT_EQ(hopper_choices(1, 3163, 1024, 1024).count("128x200/1T"), 1u) << ::testing::PrintToString(hopper_choices(1, 3163, 1024, 1024));
+  // Taller tiles of N where 128x256 tiles fill half the SMs though not all: 283x9216x3072 (108
+  // of them) in 192x144 and 256x96, one wave each; not 257x4096x4096 (48).
+  const auto half = hopper_choices(1, 283, 9216, 3072);
+  for (const char* c : {"192x144/1T", "256x96/1T", "128x96/1T"}) EXPECT_EQ(half.count(c), 1u) << c << ::testing::PrintToString(half);
+  for (const std::string& c : hopper_choices(1, 257, 4096, 4096)) EXPECT_FALSE(c.ends_with("T") && (c.starts_with("192x") || c.starts_with("256x"))) << c;
   // At most one 256-row tiling, beside the three best of the others: 258x28672x7200 keeps 128x136.
   const auto ragged = hopper_choices(1, 258, 28672, 7200);
   EXPECT_EQ(ragged.count("128x136/1T"), 1u) << ::testing::PrintToString(ragged);
@@ -405,7 +410,8 @@ TEST(GemmChoices, PingpongGivesEachOfTwoWarpgroupsWholeTiles) {
 
 // Few rows streaming B (M <= 256, not compute-bound) try what cuBLAS runs there: 64-row tiles of
 // N, M whole in one swapped tile or in two, K whole, in 8 stages and in the deepest ring that
-// fits (at most 16); an M of 64-row tiles takes 64x64 unswapped instead.
+// fits (at most 16), and taller tiles where those take more than a wave; an M of 64-row tiles
+// takes 64x64 unswapped instead.
 TEST(GemmChoices, FewRowsTryDeepRingsOf64RowTiles) {
   auto stages_of = [](int64_t M, int64_t N, int64_t K, int bm, int bn, bool swap) {
     std::multiset<int> out;
@@ -425,6 +431,13 @@ TEST(GemmChoices, FewRowsTryDeepRingsOf64RowTiles) {
   EXPECT_EQ(stages_of(256, 3072, 3072, 64, 64, false), (std::multiset<int>{8, 13}));
   EXPECT_EQ(stages_of(320, 3072, 3072, 64, 64, false), (std::multiset<int>{8}));  // past 256 rows: the search's 64x64 alone
   EXPECT_EQ(stages_of(4096, 4096, 4096, 64, 64, false), std::multiset<int>{});  // compute-bound
+  // Where M's 64-row tiles of N take more than a wave, the narrowest taller tiles that take
+  // one, in the deepest ring: 2x21504x7200's 336 tiles of 64x8 as 112 of 192x8; 100x11008x4096's
+  // 172 of 64x104 as 86 of 128x104; none where 64-row ones fit (2x5120x5120: 80).
+  EXPECT_EQ(stages_of(2, 21504, 7200, 192, 8, true), (std::multiset<int>{8}));
+  EXPECT_EQ(stages_of(2, 21504, 7200, 128, 8, true), (std::multiset<int>{8}));  // the swapped search's: 168 tiles, no deep ring
+  EXPECT_EQ(stages_of(100, 11008, 4096, 128, 104, true), (std::multiset<int>{7}));
+  for (int bm : {128, 192, 256}) EXPECT_EQ(stages_of(2, 5120, 5120, bm, 8, true), std::multiset<int>{}) << bm;
   // The rings are checked against the shared memory: 16 stages of 64x24, not 10 of 64x128.
   const Template* gemm = Registry::builtin().find("gemm");
   TemplateRequest r = hopper_request(1, 40, 2560, 2592);
