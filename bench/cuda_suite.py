@@ -17,12 +17,14 @@ tanh form, which cuBLASLt fuses; --epilogue bias_gelu asks for the erf form).
 --quick keeps one dtype, layout NN and no epilogue, unless --dtypes, --layouts or --epilogue say otherwise.
 --random N --seed S instead draws N shapes nobody tuned for (random_shapes(): M, N, K from the
 ranges of real models, ragged on purpose); the seed is printed with the results.
+--deadline S reports the cases answered within S seconds and names the rest (a run cut short
+by a time limit would otherwise print nothing: the rows come once every case is answered).
 
 Usage: bench/cuda_suite.py --kforge .bundle/bin/kforge [--autotune] [--warm] [--quick] [--only 4096x4096x4096,...]
                            [--dtypes float16,bfloat16] [--layouts nn,nt,tn,tt]
                            [--epilogue none,bias,gelu,gelu_tanh,bias_gelu,bias_gelu_tanh]
                            [--groups square,llm,bmm | --shapes 2048x11008x1024,... | --random 64 --seed S]
-                           [--budget-ms 100] [--jobs 16]
+                           [--budget-ms 100] [--jobs 16] [--arch sm_90a] [--deadline 300]
                            [--params '{"mma": "wgmma", ...}' | --autotune --choices '[{...}, ...]']
 """
 import argparse
@@ -103,9 +105,9 @@ def operand(name, dtype, batch, rows, cols, transposed):
     return {"name": name, "dtype": dtype, "sizes": [rows, cols], "strides": strides}
 
 
-def request(shape, dtype, layout, epilogue, budget_ms):
+def request(shape, dtype, layout, epilogue, budget_ms, arch="native"):
     b, m, n, k = shape
-    body = {"backend": "cuda", "arch": "native", "template": "gemm",
+    body = {"backend": "cuda", "arch": arch, "template": "gemm",
             "inputs": [operand("A", dtype, b, m, k, layout[0] == "t"), operand("B", dtype, b, k, n, layout[1] == "t")],
             "output": {"name": "C", "dtype": dtype, "sizes": [b, m, n] if b > 1 else [m, n]},
             "benchmark": {"verify": True, "vendor": True, "budget_ms": budget_ms}}
@@ -118,6 +120,11 @@ def request(shape, dtype, layout, epilogue, budget_ms):
 
 def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def case_name(shape, dtype, layout, epi):
+    b, m, n, k = shape
+    return f"{dtype} {layout.upper()} {epi.replace('_tanh', '-tanh').replace('_', '+') + ' ' if epi != 'none' else ''}{'%dx' % b if b > 1 else ''}{m}x{n}x{k}"
 
 
 def post(url, path, body):
@@ -206,6 +213,12 @@ def main():
     ap.add_argument("--options", default="", help="compile options (JSON) sent with every case, e.g. {\"defines\": {\"X\": \"1\"}}")
     ap.add_argument("--warm", action="store_true",
                     help="after the cold pass, send every case again, one at a time, and print each warm wall time")
+    ap.add_argument("--arch", default="native",
+                    help="the arch to compile for (default: the service's GPU's); a named one, sm_90a, also compiles on a "
+                         "host without a GPU, whose answers then say why nothing was timed")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds after the first request: the cases answered by then are reported, the rest named and "
+                         "left (no --warm pass then; exit status 1). Default 0: wait for every case")
     args = ap.parse_args()
     if args.choices and not args.autotune:
         ap.error("--choices needs --autotune")
@@ -246,7 +259,7 @@ def main():
     except Exception as e:  # noqa: BLE001 (no torch, or no GPU for it)
         torch_timer = None
         print(f"# torch.mm column: unavailable ({e})", flush=True)
-    results = []
+    results, unanswered = [], []
     try:
         tc = json.load(urllib.request.urlopen(url + "/toolchains"))
         print("# device:", json.dumps(tc["cuda"].get("device")), flush=True)
@@ -255,25 +268,33 @@ def main():
         path = "/autotune" if args.autotune else "/kernels"
         t0 = time.monotonic()
         # Compiles in parallel (the service's pool); the runner times one kernel at a time anyway.
-        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futs = []
-            for c in cases:
-                body = request(*c, args.budget_ms)
-                if args.params:
-                    body["params"] = json.loads(args.params)
-                if args.options:
-                    body["options"] = json.loads(args.options)
-                if args.autotune:
-                    body["choices"] = choices
-                futs.append(pool.submit(post, url, path, body))
-            for c, f in zip(cases, futs):
-                j, wall = f.result()
-                results.append((c, j, wall))
+        pool = concurrent.futures.ThreadPoolExecutor(args.jobs)
+        futs = []
+        for c in cases:
+            body = request(*c, args.budget_ms, args.arch)
+            if args.params:
+                body["params"] = json.loads(args.params)
+            if args.options:
+                body["options"] = json.loads(args.options)
+            if args.autotune:
+                body["choices"] = choices
+            futs.append(pool.submit(post, url, path, body))
+        done, _ = concurrent.futures.wait(futs, timeout=args.deadline or None)
+        unanswered = [c for c, f in zip(cases, futs) if f not in done]
+        results = [(c, *f.result()) for c, f in zip(cases, futs) if f in done]
         total = time.monotonic() - t0
+        pool.shutdown(wait=False, cancel_futures=True)
+        if unanswered:
+            # Stopped here, the service would go on compiling and timing them beside the torch
+            # timings below; its end also ends the requests still waiting on it.
+            print(f"# deadline: {len(unanswered)} of {len(cases)} cases not answered within {args.deadline:g} s: " +
+                  ", ".join(case_name(*c) for c in unanswered), flush=True)
+            proc.terminate()
+            proc.wait()
         rows = []
         for (shape, dtype, layout, epi), j, wall in results:
             b, m, n, k = shape
-            name = f"{dtype} {layout.upper()} {epi.replace('_tanh', '-tanh').replace('_', '+') + ' ' if epi != 'none' else ''}{'%dx' % b if b > 1 else ''}{m}x{n}x{k}"
+            name = case_name(shape, dtype, layout, epi)
             if "http_error" in j:
                 print(f"{name}: HTTP {j['http_error']} {j['body'][:400]}", flush=True)
                 continue
@@ -324,12 +345,12 @@ def main():
                     for c in j.get("choices", [])), flush=True)
             elif bench.get("phases_ms"):
                 print(f"{'':>42}runner phases (ms): {json.dumps({k: round(v, 1) for k, v in bench['phases_ms'].items()})}", flush=True)
-        if args.warm:
+        if args.warm and not unanswered:
             # The same requests again: the service answers from its cache (an autotune's
             # ranking, a kernel's entry), each timed alone from the client's side.
             walls = []
             for c in cases:
-                j, wall = post(url, path, dict(request(*c, args.budget_ms), **({"choices": choices} if args.autotune else {})))
+                j, wall = post(url, path, dict(request(*c, args.budget_ms, args.arch), **({"choices": choices} if args.autotune else {})))
                 walls.append(wall)
                 print(f"warm {c[1]} {c[2].upper()} {'x'.join(map(str, c[0]))}: {wall * 1000:.1f} ms, cache {j.get('cache')}",
                       flush=True)
@@ -353,7 +374,7 @@ def main():
     finally:
         proc.terminate()
         proc.wait()
-    return 0 if results and all("http_error" not in j for _, j, _ in results) else 1
+    return 0 if results and not unanswered and all("http_error" not in j for _, j, _ in results) else 1
 
 
 if __name__ == "__main__":
