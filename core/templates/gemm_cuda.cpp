@@ -700,14 +700,14 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         // (128, 192 or 256 rows) that take one, in the deepest ring: 2x21504x7200 in 336 tiles of
         // 64x8 (2.5 waves) took 0.0910 ms with bias + gelu, in 112 of 192x8 0.0861 (H200,
         // bench/gemm_ab.py, fp16; cuBLASLt 0.0849).
-        const int bn = int((g.M + 7) / 8 * 8);
-        for (auto [bm, warps] : {std::pair{128, 12}, std::pair{192, 16}, std::pair{256, 12}}) {
-          const int consumers = warps / 4 - 1;
-          if (tile_count(w, 64, bn) <= kSms) break;
-          if (tile_count(w, bm, bn) > kSms || bm / consumers / 64 * bn / 2 > wgmma_accumulator_limit(consumers)) continue;
-          add({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", wgmma_stages(bm, bn, consumers, 16)}, {"split_k", 1},
-               {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}});
-          break;
+        if (const int bn = int((g.M + 7) / 8 * 8); tile_count(w, 64, bn) > kSms) {
+          for (auto [bm, warps] : {std::pair{128, 12}, std::pair{192, 16}, std::pair{256, 12}}) {
+            const int consumers = warps / 4 - 1;
+            if (tile_count(w, bm, bn) > kSms || bm / consumers / 64 * bn / 2 > wgmma_accumulator_limit(consumers)) continue;
+            add({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", wgmma_stages(bm, bn, consumers, 16)}, {"split_k", 1},
+                 {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}});
+            break;
+          }
         }
       }
     }
