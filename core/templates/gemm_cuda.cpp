@@ -160,6 +160,9 @@ std::string arch_field(const TemplateRequest& r, size_t i) { return r.archs.size
 // wgmma tiles a thread, 256x152 and 256x200 swapped compiled with no spills (bias+gelu too),
 // 256x192 unswapped spilled 4 bytes with bias+gelu (nvcc 13.0): two consumers hold at most 176.
 int wgmma_accumulator_limit(int consumers) { return consumers == 3 ? 96 : consumers == 2 ? 176 : 128; }
+// The accumulators a consumer thread holds: bm x bn tiles whose rows `warpgroups` consumers split
+// (1 with pingpong, where each holds whole tiles), bn / 2 for each 64-row wgmma tile.
+int wgmma_accumulators(int bm, int bn, int warpgroups) { return bm / warpgroups / 64 * bn / 2; }
 
 // A K split into more parts than K has slices of `depth` (`slices_of` names them) leaves
 // parts with nothing to do.
@@ -203,12 +206,12 @@ void check_wgmma(const TemplateRequest& r, const GemmProblem& request, Problems&
     } else if (pingpong) {
       // Each warpgroup holds a whole tile.
       if (bm % 64 != 0) p.add("/params/block_m", "with pingpong a warpgroup runs block_m " + std::to_string(bm) + " in 64-row wgmma tiles: it must be a multiple of 64");
-      else if (const int acc = bm / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit)
+      else if (const int acc = wgmma_accumulators(bm, bn, 1), limit = wgmma_accumulator_limit(consumers); acc > limit)
         p.add("/params/block_n", "with pingpong a warpgroup's " + std::to_string(bm) + "x" + std::to_string(bn) + " tile holds " + std::to_string(acc) +
                                      " accumulators per thread; the limit is " + std::to_string(limit) + " (registers)");
     } else if (bm % (64 * consumers) != 0) {
       p.add("/params/block_m", std::to_string(consumers) + " consumer warpgroup(s) split block_m " + std::to_string(bm) + " into 64-row wgmma tiles: it must be a multiple of " + std::to_string(64 * consumers));
-    } else if (const int acc = bm / consumers / 64 * bn / 2, limit = wgmma_accumulator_limit(consumers); acc > limit) {
+    } else if (const int acc = wgmma_accumulators(bm, bn, consumers), limit = wgmma_accumulator_limit(consumers); acc > limit) {
       p.add("/params/block_n", "a " + std::to_string(bm / consumers) + "x" + std::to_string(bn) + " consumer tile holds " + std::to_string(acc) +
                                    " accumulators per thread; the limit is " + std::to_string(limit) +
                                    (consumers == 3 ? " (registers: a block of 512 threads compiles at 128 a thread)" : " (registers)"));
@@ -703,7 +706,7 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         if (const int bn = int((g.M + 7) / 8 * 8); tile_count(w, 64, bn) > kSms) {
           for (auto [bm, warps] : {std::pair{128, 12}, std::pair{192, 16}, std::pair{256, 12}}) {
             const int consumers = warps / 4 - 1;
-            if (tile_count(w, bm, bn) > kSms || bm / consumers / 64 * bn / 2 > wgmma_accumulator_limit(consumers)) continue;
+            if (tile_count(w, bm, bn) > kSms || wgmma_accumulators(bm, bn, consumers) > wgmma_accumulator_limit(consumers)) continue;
             add({{"block_m", bm}, {"block_n", bn}, {"block_k", 64}, {"warps", warps}, {"stages", wgmma_stages(bm, bn, consumers, 16)}, {"split_k", 1},
                  {"cluster_m", 1}, {"swap_ab", 1}, {"mma", "wgmma"}});
             break;
