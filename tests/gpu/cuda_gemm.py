@@ -120,10 +120,15 @@ class Kernel:
             raise RuntimeError(f"{self.j['kernel_name']} returned {rc}")
 
 
-def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, params=None, arch="sm_90"):
+def run_case(url, workdir, dtype, M, N, K, ta, tb, ops=(), extra=(), batch=0, params=None, arch="sm_90", c_col=False):
+    """With c_col, C is column-major (each batch's columns contiguous) and NaN-filled: an output
+    the kernel leaves unwritten fails the comparison."""
     A = operand(M, K, DT[dtype], ta, batch)
     B = operand(K, N, DT[dtype], tb, batch)
-    C = torch.empty(*(([batch] if batch else []) + [M, N]), device="cuda", dtype=DT[dtype])
+    if c_col:
+        C = torch.full(([batch] if batch else []) + [N, M], float("nan"), device="cuda", dtype=DT[dtype]).transpose(-1, -2)
+    else:
+        C = torch.empty(*(([batch] if batch else []) + [M, N]), device="cuda", dtype=DT[dtype])
     inputs = [A, B] + [e for _, e in extra]
     body = {"backend": "cuda", "arch": arch, "template": "gemm",
             "inputs": [meta("A", A), meta("B", B)] + [meta(n, e) for n, e in extra],
@@ -655,6 +660,11 @@ def main():
                M=257, N=1000, K=777, ta=True, tb=False, arch="sm_90a", params=dict(ms, split_k=3))
         report("mma_sync split_k 2 float16 NT (B's rows of 777) batched 3x 65x1001x777", run_case, url=url, workdir=work,
                dtype="float16", M=65, N=1001, K=777, ta=False, tb=True, batch=3, arch="sm_80", params=dict(ms, split_k=2))
+        # A column-major C (and a swapped problem's C^T below): the partial sums lie along C's
+        # columns and are added up along them, M = 65 ending in a short quad.
+        report("mma_sync split_k 4 float16 column-major C add+gelu 65x1001x2150", run_case, url=url, workdir=work, dtype="float16",
+               M=65, N=1001, K=2150, ta=False, tb=False, arch="sm_90a", params=ms, c_col=True,
+               ops=[{"op": "add", "input": 2}, {"op": "gelu"}], extra=[("bias", torch.randn(1001, device="cuda", dtype=torch.float32))])
         report("mma_sync split_k 4 float16 runtime M (N odd)", run_case_runtime_m, url=url, workdir=work, dtype="float16",
                params=ms, M0=65, Ms=[1, 64, 300, 2049], N=2561, K=1000,
                ops=[{"op": "add", "input": 2}, {"op": "gelu"}, {"op": "mul", "input": 3}])
@@ -706,6 +716,21 @@ def main():
             report(f"wgmma {dtype} swap_ab 128x136 split_k 2 bias+gelu 257x4096x4096", run_case, url=url, workdir=work, dtype=dtype,
                    M=257, N=4096, K=4096, ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a", params=dict(sw, split_k=2),
                    extra=[("bias", torch.randn(4096, device="cuda", dtype=torch.float32))])
+            # Split-K's and the tail split's partial sums of C^T lie along C's rows (tc::W_COLUMNS):
+            # N = 1003 ends each row in a short quad and takes scalar loads, a batch's rows follow
+            # each other, and the tail's slots are read along their columns.
+            report(f"wgmma {dtype} swap_ab 128x136 split_k 3 bias+gelu 258x1003x2048", run_case, url=url, workdir=work, dtype=dtype,
+                   M=258, N=1003, K=2048, ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a", params=dict(sw, split_k=3),
+                   extra=[("bias", torch.randn(1003, device="cuda", dtype=torch.float32))])
+            report(f"wgmma {dtype} swap_ab 128x40 split_k 2 batched 3x 40x392x1040", run_case, url=url, workdir=work, dtype=dtype,
+                   M=40, N=392, K=1040, ta=False, tb=True, batch=3, arch="sm_90a", params=dict(sw, block_n=40, split_k=2))
+            report(f"wgmma {dtype} swap_ab 128x136 tail_split bias+gelu 258x1003x2048", run_case, url=url, workdir=work, dtype=dtype,
+                   M=258, N=1003, K=2048, ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a", params=dict(sw, tail_split=1),
+                   extra=[("bias", torch.randn(1003, device="cuda", dtype=torch.float32))])
+            for extra_params in ({"split_k": 2}, {"tail_split": 1}):
+                report(f"wgmma {dtype} column-major C 128x128 {extra_params} 261x1000x1040", run_case, url=url, workdir=work,
+                       dtype=dtype, M=261, N=1000, K=1040, ta=False, tb=False, arch="sm_90a", c_col=True,
+                       params=dict(sw, block_n=128, swap_ab=0, **extra_params))
             report(f"wgmma {dtype} swap_ab 64x144 cluster_m 2 258x2000x520", run_case, url=url, workdir=work, dtype=dtype, M=258,
                    N=2000, K=520, ta=False, tb=False, arch="sm_90a", params=dict(sw, block_m=64, warps=8, block_n=144, stages=8, cluster_m=2))
             report(f"wgmma {dtype} swap_ab 128x40 batched 3x 40x392x520", run_case, url=url, workdir=work, dtype=dtype, M=40, N=392,

@@ -60,6 +60,14 @@ constexpr int A_ROWS = A_MMAJOR ? BK : BM, A_COLS = A_MMAJOR ? BM : BK;
 constexpr int B_ROWS = B_KMAJOR ? BN : BK, B_COLS = B_KMAJOR ? BK : BN;
 constexpr int A_TILE = A_ROWS * (A_COLS + PAD), B_TILE = B_ROWS * (B_COLS + PAD);
 constexpr int SMEM_BYTES = STAGES * (A_TILE + B_TILE) * int(sizeof(T));
+// Split-K's partial sums lie as C does, so that storing them, adding them up and writing C
+// all run along C's contiguous dimension: [S][batch][M][N] where C's rows are contiguous,
+// [S][batch][N][M] where its columns are (W_COLUMNS: C^T, as a swapped wgmma problem stores
+// a row-major C). The other way, each output of the sum went to its own 32-byte sector: at
+// 459x4144x16424 swapped in 128x232 tiles, K split 2 (cuBLAS's tiling), the reduce took 36.7
+// us for 1.9 M outputs and the gemm's partial stores wrote 2.5 M sectors (H200, ncu).
+constexpr bool W_COLUMNS = sCm == 1 && sCn != 1;
+__device__ __forceinline__ int64_t w_offset(int64_t M, int64_t m, int64_t n) { return W_COLUMNS ? n * M + m : m * kN + n; }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
@@ -303,27 +311,45 @@ __global__ void __launch_bounds__(THREADS) gemm_tc(const T* __restrict__ A, cons
         const int64_t m = m0 + wm * WTM + i * 16 + lane / 4 + (e / 2) * 8;
         const int64_t n = n0 + wn * WTN + j * 8 + 2 * (lane % 4) + (e % 2);
         if (m >= M || n >= kN) continue;
-        if constexpr (SPLITS > 1) W[((split * kBatch + b) * M + m) * kN + n] = acc[i][j][e];  // splitk_reduce's layout
+        if constexpr (SPLITS > 1) W[(split * kBatch + b) * M * kN + w_offset(M, m, n)] = acc[i][j][e];  // splitk_reduce's layout
         else kf_store(C + offC + b * sCb + m * sCm + n * sCn, kf_epilogue(acc[i][j][e], b, m, n/*$EPARGS$*/));
       }
 }
 
-// C = epilogue(the sum of the S partial sums [S][batch][M][N] in W), four outputs of a row a
-// thread. The wgmma kernel launches it as the gemm's programmatic dependent (DEPENDENT: it
-// waits for the gemm's end and its writes with griddepcontrol.wait, sm_90 on); mma_sync after it.
-constexpr int64_t ROW_QUADS = (kN + 3) / 4;
+// Four adjacent outputs of C at p, `step` elements apart: one store where they are adjacent
+// and the address allows, else one each (`count` of them: a line's last quad may be short).
+__device__ __forceinline__ void store_quad(TC* p, int64_t step, const float* v, int count) {
+  struct alignas(4 * sizeof(TC)) Quad { TC e[4]; };
+  if (step == 1 && count == 4 && reinterpret_cast<uintptr_t>(p) % sizeof(Quad) == 0) {
+    Quad q;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) kf_store(&q.e[e], v[e]);
+    *reinterpret_cast<Quad*>(p) = q;
+    return;
+  }
+  for (int e = 0; e < count; ++e) kf_store(p + e * step, v[e]);
+}
+
+// C = epilogue(the sum of the S partial sums in W), four adjacent outputs of a line a thread: a
+// line is a row of C (kN outputs), or with W_COLUMNS a column (M). The wgmma kernel launches it
+// as the gemm's programmatic dependent (DEPENDENT: it waits for the gemm's end and its writes
+// with griddepcontrol.wait, sm_90 on); mma_sync after it.
+__host__ __device__ __forceinline__ int64_t line_quads(int64_t M) { return ((W_COLUMNS ? M : kN) + 3) / 4; }
+__host__ __device__ __forceinline__ int64_t reduce_quads(int64_t M) { return kBatch * (W_COLUMNS ? kN : M) * line_quads(M); }
 template <int64_t S, bool DEPENDENT>
 __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W, TC* __restrict__ C, int64_t M/*$EPPARAMS$*/) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if constexpr (DEPENDENT) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
-  const int64_t slice = kBatch * M * kN, quads = kBatch * M * ROW_QUADS;
+  const int64_t length = W_COLUMNS ? M : kN, lines = W_COLUMNS ? kN : M, per_line = line_quads(M);
+  const int64_t slice = kBatch * M * kN, quads = reduce_quads(M);
   for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads; q += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = q / ROW_QUADS, n = (q % ROW_QUADS) * 4, m = kBatch == 1 ? row : row % M;
-    const int b = kBatch == 1 ? 0 : int(row / M);
+    const int64_t line = q / per_line, i = (q % per_line) * 4, l = kBatch == 1 ? line : line % lines;
+    const int b = kBatch == 1 ? 0 : int(line / lines);
+    const int count = int(length - i < 4 ? length - i : 4);
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float* w = W + row * kN + n;
-    if (kN % 4 == 0) {
+    const float* w = W + line * length + i;
+    if (length % 4 == 0) {
 #pragma unroll
       for (int64_t s = 0; s < S; ++s) {
         const float4 x = *reinterpret_cast<const float4*>(w + s * slice);
@@ -331,12 +357,11 @@ __global__ void __launch_bounds__(256) splitk_reduce(const float* __restrict__ W
       }
     } else {
       for (int64_t s = 0; s < S; ++s)
-        for (int e = 0; e < 4 && n + e < kN; ++e) v[e] += w[s * slice + e];
+        for (int e = 0; e < count; ++e) v[e] += w[s * slice + e];
     }
-    TC* const p = C + offC + int64_t(b) * sCb + m * sCm + n * sCn;
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], b, m, n + e/*$EPARGS$*/));
+    const int64_t m = W_COLUMNS ? i : l, n = W_COLUMNS ? l : i;
+    for (int e = 0; e < count; ++e) v[e] = kf_epilogue(v[e], b, W_COLUMNS ? m + e : m, W_COLUMNS ? n : n + e/*$EPARGS$*/);
+    store_quad(C + offC + int64_t(b) * sCb + m * sCm + n * sCn, W_COLUMNS ? sCm : sCn, v, count);
   }
 }
 
@@ -355,7 +380,7 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
   gemm_tc<VEC_A, VEC_B><<<grid, THREADS, SMEM_BYTES, stream>>>(A, B, C, W, M/*$EPARGS$*/);
   if (SPLITS == 1) return cudaGetLastError();
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  const int64_t quads = kBatch * M * ROW_QUADS;
+  const int64_t quads = reduce_quads(M);
   splitk_reduce<SPLITS, false><<<unsigned(quads / 256 + 1 < 4096 ? quads / 256 + 1 : 4096), 256, 0, stream>>>(W, C, M/*$EPARGS$*/);
   return cudaGetLastError();
 }

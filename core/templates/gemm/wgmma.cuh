@@ -7,7 +7,8 @@
 //
 // The work is a list of units: an output tile, or with SPLIT_K > 1 one of the SPLITS parts of
 // a tile's K range, whose float partial sums go to the workspace and are added up (and the
-// epilogue applied) by the mma_sync kernel's tc::splitk_reduce. The splits of a tile are
+// epilogue applied) by the mma_sync kernel's tc::splitk_reduce, laid out along C's contiguous
+// dimension (tc::W_COLUMNS: a swapped problem's C^T along its columns). The splits of a tile are
 // adjacent units, so they run at the same time. With TAIL_SPLIT the tiles that fill whole
 // waves of the resident blocks are units of their own, and the rest (the last, partial
 // wave's: 32 tiles past 2 x 132) are cut into PARTS parts of K (rows_of: as many as the idle
@@ -62,7 +63,10 @@
 // front of it: its entry and the kernel that adds up split-K's partial sums.
 namespace tc {
 cudaError_t run(const half* A, const half* B, half* C, float* W, int64_t M, cudaStream_t stream);
-constexpr int64_t ROW_QUADS = 64;
+constexpr bool W_COLUMNS = false;
+__device__ __forceinline__ int64_t w_offset(int64_t M, int64_t m, int64_t n) { return m * 64 + n; }
+__device__ __forceinline__ void store_quad(half* p, int64_t step, const float* v, int count) {}
+inline int64_t reduce_quads(int64_t M) { return M * 16; }
 template <int64_t S, bool DEPENDENT>
 __global__ void splitk_reduce(const float* W, half* C, int64_t M) {}
 }  // namespace tc
@@ -539,7 +543,10 @@ __device__ __forceinline__ void store_staged_t(const float* acc, unsigned char* 
   }
 }
 
-// A split's partial sums, as floats, to its [batch][M][N] slice of the workspace.
+// A split's partial sums, as floats, to its [batch] slice of the workspace, laid out as
+// tc::splitk_reduce adds them up: C's rows ([M][N], two adjacent outputs of a row at once) or
+// its columns (W_COLUMNS: [N][M], where a warp's store fills a column's 32-byte sectors with
+// the 8 rows of its lanes).
 __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_t row0, int64_t n0, int64_t M, int lane) {
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
@@ -547,48 +554,60 @@ __device__ __forceinline__ void store_partial(const float* acc, float* W, int64_
     for (int h = 0; h < 2; ++h) {
       const int64_t m = row0 + lane / 4 + 8 * h, n = n0 + j * 8 + 2 * (lane % 4);
       if (m >= M) continue;
-      float* const p = W + m * kN + n;
-      if (kN % 2 == 0 && n + 1 < kN) {
-        *reinterpret_cast<float2*>(p) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
+      const float v0 = acc[j * 4 + 2 * h], v1 = acc[j * 4 + 2 * h + 1];
+      if (!tc::W_COLUMNS && kN % 2 == 0 && n + 1 < kN) {
+        *reinterpret_cast<float2*>(W + tc::w_offset(M, m, n)) = make_float2(v0, v1);
       } else {
-        if (n < kN) p[0] = acc[j * 4 + 2 * h];
-        if (n + 1 < kN) p[1] = acc[j * 4 + 2 * h + 1];
+        if (n < kN) W[tc::w_offset(M, m, n)] = v0;
+        if (n + 1 < kN) W[tc::w_offset(M, m, n + 1)] = v1;
       }
     }
 }
 
-// A tail part's partial sums, as floats, to its BM x BN slot (rows and columns of the tile).
+// A tail part's partial sums, as floats, to its BM x BN slot: [BM][BN], or [BN][BM] with W_COLUMNS.
+__device__ __forceinline__ int slot_offset(int r, int c) { return tc::W_COLUMNS ? c * BM + r : r * BN + c; }
 __device__ __forceinline__ void store_tile_partial(const float* acc, float* Wt, int row0, int lane) {
 #pragma unroll
   for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = row0 + lane / 4 + 8 * h, c = j * 8 + 2 * (lane % 4);
-      *reinterpret_cast<float2*>(Wt + r * BN + c) = make_float2(acc[j * 4 + 2 * h], acc[j * 4 + 2 * h + 1]);
+      const float v0 = acc[j * 4 + 2 * h], v1 = acc[j * 4 + 2 * h + 1];
+      if constexpr (tc::W_COLUMNS) {
+        Wt[slot_offset(r, c)] = v0;
+        Wt[slot_offset(r, c + 1)] = v1;
+      } else {
+        *reinterpret_cast<float2*>(Wt + slot_offset(r, c)) = make_float2(v0, v1);
+      }
     }
 }
 
-// A tail tile's C = epilogue(the sum of its parts), four outputs a thread, every tile's
-// threads side by side (TILE_QUADS a tile). The parts' loads are independent and issued at
-// once, so the tiles are added up by the whole GPU, not one block each.
+// A tail tile's C = epilogue(the sum of its parts), four adjacent outputs of a row (of a column,
+// with W_COLUMNS) a thread, every tile's threads side by side (TILE_QUADS a tile). The parts'
+// loads are independent and issued at once, so the tiles are added up by the whole GPU, not
+// one block each.
 constexpr int TILE_QUADS = BM * BN / 4;
 __global__ void __launch_bounds__(256) tail_reduce(const float* __restrict__ W, TC* __restrict__ C, const Rows rows/*$EPPARAMS$*/) {
   wait_for_gemm();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, t = i / TILE_QUADS;
-  const int q = int(i % TILE_QUADS), r = q / (BN / 4), c = (q % (BN / 4)) * 4;
+  const int q = int(i % TILE_QUADS);
+  constexpr int LENGTH = tc::W_COLUMNS ? BM : BN;  // a line of the slot: a row, or with W_COLUMNS a column
+  const int line = q / (LENGTH / 4), at = (q % (LENGTH / 4)) * 4;
+  const int r = tc::W_COLUMNS ? at : line, c = tc::W_COLUMNS ? line : at;
   if (t >= rows.tail) return;
   const Tile tile = tile_at(rows.dp + t, 0, rows.groups_m);
   const int64_t m = tile.m0 + r, n = tile.n0 + c;
   if (m >= rows.M || n >= kN) return;
   float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t part = 0; part < rows.parts; ++part) {
-    const float4 x = *reinterpret_cast<const float4*>(W + (part * rows.tail + t) * BM * BN + r * BN + c);
+    const float4 x = *reinterpret_cast<const float4*>(W + (part * rows.tail + t) * BM * BN + slot_offset(r, c));
     v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
   }
-  TC* const p = C + offC + int64_t(tile.b) * sCb + m * sCm + n * sCn;
-#pragma unroll
-  for (int e = 0; e < 4; ++e)
-    if (n + e < kN) kf_store(p + e * sCn, kf_epilogue(v[e], tile.b, m, n + e/*$EPARGS$*/));
+  const int64_t room = tc::W_COLUMNS ? rows.M - m : kN - n;
+  const int count = int(room < 4 ? room : 4);
+  for (int e = 0; e < count; ++e)
+    v[e] = kf_epilogue(v[e], tile.b, tc::W_COLUMNS ? m + e : m, tc::W_COLUMNS ? n : n + e/*$EPARGS$*/);
+  tc::store_quad(C + offC + int64_t(tile.b) * sCb + m * sCm + n * sCn, tc::W_COLUMNS ? sCm : sCn, v, count);
 }
 
 // A packed operand's copy: 8 elements (16 bytes) of a row a thread, read one by one from the
@@ -948,7 +967,7 @@ cudaError_t launch(const T* A, const T* B, TC* C, float* W, int64_t M/*$EPPARAMS
     return cudaLaunchKernelEx(&reduce, tail_reduce, static_cast<const float*>(W), C, rows/*$EPARGS$*/);
   }
   if (SPLITS == 1) return e;
-  const int64_t quads = kBatch * M * tc::ROW_QUADS;
+  const int64_t quads = tc::reduce_quads(M);
   reduce.gridDim = dim3(unsigned(quads / 256 + 1 < 8 * sms ? quads / 256 + 1 : 8 * sms));
   return cudaLaunchKernelEx(&reduce, tc::splitk_reduce<SPLITS, true>, static_cast<const float*>(W), C, M/*$EPARGS$*/);
 }
