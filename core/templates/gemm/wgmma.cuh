@@ -137,13 +137,13 @@ constexpr int KTILES = int((kK + BK - 1) / BK);
 constexpr int KPS = (KTILES + SPLIT_K - 1) / SPLIT_K, SPLITS = (KTILES + KPS - 1) / KPS;  // K slices per split; splits with work
 constexpr int64_t TILES_N = (kN + BN - 1) / BN, GROUPS_N = (TILES_N + CLUSTER_N - 1) / CLUSTER_N;  // columns of tiles, of clusters
 // tile_at's order: GROUP_M rows of tiles (of clusters) at a time, column by column, so that
-// consecutive units share B's tiles. With 4 columns of tiles or fewer B's few tiles stay in L2
-// whatever the order, and consecutive units sharing A's tiles instead (row by row, GROUP_M 1)
-// ran faster on the H200 (bench/gemm_ab.py, fp16): swapped 256x88 at 257x20480x5120 0.0954 ms
-// against 0.1048 (cuBLAS 0.0916), swapped 128x136 split 2 at 257x4096x4096 0.0236 against
-// 0.0254; 128x256 at 8192x1024x8192 0.1849 against 0.1858. Not with clusters, whose blocks
-// already share a tile (256x88 in pairs at 257x20480x5120: 0.1055 row by row, 0.1027 in groups),
-// nor with many columns (128x192 at 459x4144x16424, 22 of them: 0.182 against 0.127).
+// consecutive units share B's tiles. With 4 columns of tiles or fewer, B's few tiles stay in L2
+// whatever the order, and the order in which consecutive units share A's tiles instead (row by
+// row, GROUP_M 1) ran faster on the H200 (bench/gemm_ab.py, fp16): swapped 256x88 at
+// 257x20480x5120 0.0954 ms against 0.1048 (torch.mm 0.0916), swapped 128x136 split 2 at
+// 257x4096x4096 0.0236 against 0.0254, 128x256 at 8192x1024x8192 0.1849 against 0.1858. Not
+// with clusters (256x88 in pairs at 257x20480x5120: 0.1055 row by row, 0.1027 in groups), nor
+// with many columns (128x192 at 459x4144x16424, 22 of them: 0.182 against 0.127).
 constexpr int64_t GROUP_M = CLUSTER == 1 && GROUPS_N <= 4 ? 1 : 8;
 // What M (an argument) makes of the work. A cluster's tiles are rows CLUSTER_M t ..
 // CLUSTER_M t + CLUSTER_M - 1 of columns CLUSTER_N u .. (the last groups may reach past M or
