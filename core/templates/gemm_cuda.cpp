@@ -632,6 +632,30 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       // of equals) where M is ragged and the problem compute-bound (where it is not, tiles of M
       // narrower than needed read B again for nothing).
       if (compute_bound && ragged && fewest && std::find(out.begin(), out.end(), std::get<2>(*fewest)) == out.end()) out.push_back(std::get<2>(*fewest));
+      // And where an operand's rows are off 128 bytes, cuBLAS's tiles at 2315x10776x3104 (A and
+      // B off; nvjet_sm90_hsh_256x160_64x4_2x1): 256 rows of N, M in the tiles (176 rows or
+      // fewer) that take the fewest waves, the narrowest of equals, in pairs along N (cluster_m
+      // 2, each block loading half of A's rows: whole 8-row atoms) where pairing the rows of
+      // tiles adds no wave. The model, which counts no pairs here, put 256x160 45 % behind 128x256
+      // in pairs there; in the H200's autotune (fp16) they took 0.2707 and 0.2832 ms (cuBLAS
+      // 0.2596); in one A/B (bench/gemm_ab.py) 0.2655 in pairs, 0.2691 alone, 128x256 in pairs 0.2710.
+      if (compute_bound && ragged && (a_off || b_off)) {
+        const int64_t rows = (w.M + 255) / 256;
+        std::optional<std::pair<int64_t, int>> tall_fewest;  // waves, block_n
+        for (int bn = 176; bn >= 64; bn -= 8) {
+          const int64_t t = (g.M + bn - 1) / bn;
+          if (((g.M + t - 1) / t + 7) / 8 * 8 != bn) continue;
+          const int64_t waves = (rows * t + kSms - 1) / kSms;
+          if (!tall_fewest || waves <= tall_fewest->first) tall_fewest = {waves, bn};
+        }
+        if (tall_fewest) {
+          const auto [waves, bn] = *tall_fewest;
+          const bool pairs = bn % 16 == 0 && ((rows + 1) / 2 * 2 * ((g.M + bn - 1) / bn) + kSms - 1) / kSms == waves;
+          json c = {{"block_m", 256}, {"block_n", bn}, {"block_k", 64}, {"warps", 12}, {"stages", wgmma_stages(256, bn, 2, 8)}, {"split_k", 1},
+                    {"cluster_m", pairs ? 2 : 1}, {"swap_ab", 1}, {"mma", "wgmma"}};
+          if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(std::move(c));
+        }
+      }
       // Where compute-bound and the epilogue weighs (above), each swapped 128-row tiling of whole
       // tiles that a warpgroup can hold (M in tiles of 176 rows or fewer) with pingpong as well:
       // 2349x3584x1024 in 128x168 took 0.0308 ms on the H200 with it, 0.0323 without (torch.mm

@@ -222,9 +222,19 @@ TEST(GemmChoices, RowsOff128BytesTryClustersThatReadTheOperandOnce) {
   // 561 tiles of 128x256 or 510 of 192x192 (the H100's best there, 0.0687 ms in pairs); 128x128's
   // 1122 ask for 512. Swapped (6401 rows: ragged), 51 tiles of 128 rows of M, 48 of 136, 101 of
   // 64, and 41 of 160 (the fewest waves of 128-row tiles: 902 tiles). K = 1040 is short: the
-  // swapped 128-row tilings with pingpong as well, and 128x128 with it in pairs.
+  // swapped 128-row tilings with pingpong as well, and 128x128 with it in pairs; and 256x136
+  // swapped (below).
   EXPECT_EQ(short_k, (std::multiset<std::string>{"128x256/1c2", "128x256/1c2", "192x192/1c2", "128x128/1", "128x128/1T", "128x136/1T",
-                                                 "192x64/1T", "128x160/1T", "128x128/1Tp", "128x136/1Tp", "128x160/1Tp", "128x128/1c2p"}));
+                                                 "192x64/1T", "128x160/1T", "128x128/1Tp", "128x136/1Tp", "128x160/1Tp", "128x128/1c2p",
+                                                 "256x136/1T"}));
+  // Compute-bound, M ragged: the swapped 256-row tiling in the fewest waves, in pairs where
+  // pairing adds no wave (cuBLAS's 256x160 in 2x1 at 2315x10776x3104: N in 43 rows of tiles, 44
+  // paired, M in 15 tiles, 5 waves either way; 0.90x cuBLAS before, 0.93-0.96x with it on the
+  // H200); alone where half a tile's rows are not whole 8-row atoms (6401x2792x1040's 256x136:
+  // 11 rows of tiles, 48 of M, 4 waves; 3521x21536x7176's 256x168). Not with aligned rows.
+  EXPECT_EQ(hopper_choices(1, 2315, 10776, 3104).count("256x160/1c2T"), 1u) << ::testing::PrintToString(hopper_choices(1, 2315, 10776, 3104));
+  EXPECT_EQ(hopper_choices(1, 3521, 21536, 7176).count("256x168/1T"), 1u) << ::testing::PrintToString(hopper_choices(1, 3521, 21536, 7176));
+  EXPECT_EQ(hopper_choices(1, 2315, 10752, 3072).count("256x160/1c2T"), 0u) << ::testing::PrintToString(hopper_choices(1, 2315, 10752, 3072));
   // Aligned rows of B: no cluster where the tiles do not fill the SMs, and 192x192 not in pairs.
   for (auto [m, n, k] : {std::tuple{1212, 2624, 6888}, std::tuple{1216, 2560, 6912}}) {
     for (const std::string& c : hopper_choices(1, m, n, k)) EXPECT_EQ(c.find("c2"), std::string::npos) << m << "x" << n << "x" << k << " " << c;
