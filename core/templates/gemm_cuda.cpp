@@ -62,7 +62,8 @@ bool staged_store(const GemmProblem& p) {
 }
 
 // The cuda kernel a request's params select.
-enum class CudaMma { kMmaSync, kWgmma };
+enum class CudaMma { kMmaSync, kWgmma, kGemv };
+constexpr int64_t kGemvMaxM = 8;  // the rows of C gemv.cuh holds
 
 // Shared memory per block an arch allows (bytes).
 int64_t cuda_smem_limit(const std::string& arch) {
@@ -131,8 +132,9 @@ CudaMma cuda_mma(const json& params) {
   // ["wgmma"]) selects nothing here and is refused there, naming /params/mma.
   if (!params.is_object()) return CudaMma::kMmaSync;
   const auto it = params.find("mma");
-  return it != params.end() && it->is_string() && it->get_ref<const std::string&>() == "wgmma" ? CudaMma::kWgmma
-                                                                                              : CudaMma::kMmaSync;
+  if (it == params.end() || !it->is_string()) return CudaMma::kMmaSync;
+  const std::string& mma = it->get_ref<const std::string&>();
+  return mma == "wgmma" ? CudaMma::kWgmma : mma == "gemv" ? CudaMma::kGemv : CudaMma::kMmaSync;
 }
 
 // The shared memory the Hopper kernel asks for: the stages, 1 KiB to align them for the
@@ -171,6 +173,30 @@ void check_split_k(const GemmProblem& g, int split_k, int depth, const std::stri
     p.add("/params/split_k", "split_k " + std::to_string(split_k) + " cuts K = " + std::to_string(g.K) + " (" + std::to_string(slices) +
                                  " slices of " + slices_of + ") into parts with nothing to do: it must be at most " + std::to_string(slices));
   }
+}
+
+// The decode kernel (gemv.cuh): a few rows of C, B's rows read in aligned 16-byte chunks
+// whatever their length, K in up to 8 parts as the blocks of a cluster (sm_90).
+void check_gemv(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
+  const json& q = r.spec.params;
+  if (g.ab == Dtype::kFloat32) return p.add("/params/mma", "gemv takes float16 or bfloat16 operands; float32 runs on the SIMT kernel (mma_sync)");
+  for (size_t i = 0; i < r.archs.size(); ++i) {
+    if (r.archs[i] != "sm_90a") p.add(arch_field(r, i), "gemv's K parts are the blocks of a cluster: sm_90a, not " + r.archs[i]);
+  }
+  if (g.M > kGemvMaxM) p.add("/inputs/0/sizes", "gemv holds all of C's rows in each thread: M must be at most 8, not " + std::to_string(g.M));
+  if (g.batch != 1) p.add("/inputs/0/sizes", "gemv takes one batch, not " + std::to_string(g.batch));
+  if (g.sBn != 1) p.add("/inputs/1/strides", "gemv reads B's rows in 16-byte chunks: B needs unit stride along N");
+  for (const char* k : {"cluster_m", "cluster_n"})
+    if (q.value(k, 1) != 1) p.add(std::string("/params/") + k, std::string(k) + " is the wgmma kernel's; gemv's clusters are its K parts (split_k)");
+  for (const char* k : {"tail_split", "swap_ab", "pingpong"})
+    if (q.value(k, 0) != 0) p.add(std::string("/params/") + k, std::string(k) + " is the wgmma kernel's; gemv takes 0");
+  const int bn = q["block_n"], threads = q["warps"].get<int>() * 32, unroll = q["stages"], chunks = bn / 8 + 1;
+  if (threads % chunks != 0 || threads / chunks % 8 != 0) {
+    p.add("/params/block_n", "gemv's " + std::to_string(threads) + " threads read a row's block_n columns as block_n / 8 + 1 = " + std::to_string(chunks) +
+                                 " chunks, 8 rows at a time or a multiple: block_n / 8 + 1 must divide threads / 8 (block_n 8, 24, 56, 120 or 248 with 8 warps)");
+  }
+  if (const int64_t regs = g.M * (8 + unroll) + 4 * unroll; regs > 192)
+    p.add("/params/stages", "gemv holds M x (8 + stages) + 4 x stages = " + std::to_string(regs) + " floats a thread; the limit is 192 (registers)");
 }
 
 // The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
@@ -273,6 +299,8 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
 const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
+// gemv.cuh's, for `"mma": "gemv"` alone: 56 columns a block of 8 warps (7 chunks of a row, 32 rows at once), 8 rows in flight a thread.
+const json kGemvDefaults = {{"block_m", 32}, {"block_n", 56}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", 1}, {"mma", "gemv"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -361,9 +389,12 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
            "wgmma only: 1 computes C^T = B^T A^T, so that block_n tiles M in steps of 8 (a ragged or small M: 258 rows in "
            "two tiles of 136, not three of 128); the kernel is then compiled for the request's M (none at run time), "
            "and A needs unit K stride where block_n is not a multiple of 64"},
-          {"mma", "enum", {"mma_sync", "wgmma"}, "mma_sync",
+          {"mma", "enum", {"mma_sync", "wgmma", "gemv"}, "mma_sync",
            "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
-           "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used"}};
+           "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used. gemv "
+           "(sm_90a, M <= 8, B with unit N stride): no tensor cores, B's rows streamed in 16-byte chunks whatever their "
+           "alignment, block_n columns a block of warps x 32 threads (block_n / 8 + 1 must divide threads / 8), stages rows in "
+           "flight a thread, K in split_k parts as the blocks of a cluster; block_m and block_k unused"}};
 }
 
 std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
@@ -764,6 +795,21 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
         const int parts = split_to_fill(g, tile_count(g, bm, bn), 4 * kSms, 4 * kSms, bk);
         out.push_back({{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"warps", warps}, {"stages", stages}, {"split_k", parts}, {"mma", "mma_sync"}});
       }
+      // A few rows of C (decode) with B's rows contiguous: gemv.cuh, one kernel on B in place.
+      // At 1x1025x2752 both ways above take three kernels or two (B's copy, the gemm, K split's
+      // sum: 17.4 us by CUDA events on the H200, bf16; the mma_sync kernel and the sum 17.7)
+      // against cuBLAS's one gemv (11.3 us). 24, 56 and 120 columns a block of 8 warps, K in as
+      // many parts (at most 8) as bring the blocks to about four an SM; narrow blocks won the
+      // few columns, wide ones the many (H200, bench/gemm_ab.py, median ms: 1x1025x2752 bf16,
+      // 8 parts: 0.0118, 0.0128 and 0.0162, torch.mm 0.0097; 1x5121x20480 fp16: 0.1126 in 8
+      // parts, 0.1175 in 6, 0.0781 in 8, torch.mm 0.1076, mma_sync's best 0.1360).
+      if (g.M <= kGemvMaxM && g.batch == 1 && g.sBn == 1) {
+        for (int bn : {24, 56, 120}) {
+          const int64_t blocks = (g.N + bn - 1) / bn;
+          const int parts = int(std::clamp<int64_t>((4 * kSms + blocks - 1) / blocks, 1, 8));
+          out.push_back({{"block_m", 32}, {"block_n", bn}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", parts}, {"mma", "gemv"}});
+        }
+      }
     }
     return out;
   }
@@ -776,8 +822,9 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
 }
 
 void CudaGemm::complete_params(json& params) const {
-  if (cuda_mma(params) != CudaMma::kWgmma) return;
-  for (auto it = kWgmmaDefaults.begin(); it != kWgmmaDefaults.end(); ++it) {
+  if (cuda_mma(params) == CudaMma::kMmaSync) return;
+  const json& defaults = cuda_mma(params) == CudaMma::kGemv ? kGemvDefaults : kWgmmaDefaults;
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) {
     if (!params.contains(it.key())) params[it.key()] = it.value();
   }
 }
@@ -802,6 +849,7 @@ void CudaGemm::choose_params(TemplateRequest& req, const GemmProblem& g) const {
 void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p) const {
   const json& q = r.spec.params;
   if (cuda_mma(q) == CudaMma::kWgmma) return check_wgmma(r, g, p);
+  if (cuda_mma(q) == CudaMma::kGemv) return check_gemv(r, g, p);
   if (q["split_k"] != 1 && g.ab == Dtype::kFloat32) p.add("/params/split_k", "split_k is the tensor-core kernels' (16-bit types); float32 takes 1");
   if (q.value("tail_split", 0) != 0) p.add("/params/tail_split", "tail_split is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 0");
   if (q["cluster_m"] != 1) p.add("/params/cluster_m", "cluster_m is the wgmma kernel's (\"mma\": \"wgmma\" on sm_90a); mma_sync and float32 take 1");
@@ -853,6 +901,7 @@ void CudaGemm::check(const TemplateRequest& r, const GemmProblem& g, Problems& p
 // tensors then have the request's strides and M rows.
 bool CudaGemm::runtime_m(const TemplateRequest& req, const GemmProblem& p) const {
   if (swap_ab(req.spec.params)) return false;  // M is the swapped kernel's N, a compile-time constant
+  if (cuda_mma(req.spec.params) == CudaMma::kGemv) return false;  // gemv holds C's M rows in registers
   if (p.ab != Dtype::kFloat16 && p.ab != Dtype::kBFloat16) return false;
   if (p.batch != 1 || p.M < 2 || p.sAk != 1 || p.sAm < p.K || p.sCn != 1 || p.sCm < p.N) return false;
   for (const auto& op : req.spec.epilogue) {
@@ -907,6 +956,9 @@ std::string CudaGemm::render(const TemplateRequest& req, const GemmProblem& p, c
       << (swap ? ep.swapped : ep.function) << (wgmma ? (swap ? ep.pair_swapped : ep.pair) : "");
   if (p.ab == Dtype::kFloat32) {
     src << s.apply(simt.section("simt"));
+  } else if (cuda_mma(q) == CudaMma::kGemv) {
+    s.set("split_k", q["split_k"].get<int>()).set("rows", p.M);
+    src << s.apply(kernel_file("gemm/gemv.cuh").section("gemv"));
   } else if (!wgmma) {
     const int split_k = k_splits(w, q["split_k"].get<int>(), q["block_k"].get<int>());
     workspace_bytes = partial_sums_bytes(w, split_k);

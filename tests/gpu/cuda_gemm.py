@@ -176,6 +176,16 @@ def run_case_shared_b(url, workdir, dtype):
     return run_views(url, workdir, dtype, A, B, "sm_90")
 
 
+def run_case_gemv_views(url, workdir, dtype, params):
+    """gemv on B starting 2 bytes past a 16-byte boundary (storage element 1) with rows of 1001,
+    and A as every other column of a wider matrix: B's first and last chunks lie partly outside it."""
+    M, N, K = 3, 1001, 517
+    store = torch.randn(1 + K * N, device="cuda").to(DT[dtype])
+    B = store[1:].view(K, N)
+    A = torch.randn(M, 2 * K, device="cuda").to(DT[dtype])[:, ::2]
+    return run_views(url, workdir, dtype, A, B, "sm_90a", params)
+
+
 def run_case_misaligned(url, workdir, dtype, params):
     """A starts 2 bytes past a 16-byte boundary (a view at element 1 of its storage): TMA
     cannot load it, so the sm_90a kernel must take its mma_sync path and still be right."""
@@ -452,7 +462,7 @@ def main():
     ap.add_argument("--kforge", required=True)
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only-wgmma", action="store_true", help="only the sm_90a wgmma cases")
+    ap.add_argument("--only-wgmma", action="store_true", help="only the sm_90a cases (the wgmma and gemv kernels)")
     ap.add_argument("--match", default="", help="only the cases whose label contains this (or one of these, comma-separated)")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -773,6 +783,23 @@ def main():
             for m_ in (264, 258):
                 report(f"wgmma {dtype} staged C^T column-major C 128x128 {m_}x1000x520", run_case_strided_c, url=url, workdir=work,
                        dtype=dtype, M=m_, N=1000, K=520, params=dict(sw, block_n=128, swap_ab=0), ld=264, col_major=True)
+        # gemv (decode, M <= 8): B's rows read in aligned 16-byte chunks whatever their length,
+        # so each row's phase differs (N odd: all 8 phases), K in parts as a cluster's blocks
+        # summed through distributed shared memory: N odd and even, the last block's columns past
+        # N, K not a multiple of the 32 rows a block reads at once and parts left empty (K = 40 in
+        # 8 parts of 32), M of 1 to 8, an epilogue over N, block_n 8 to 248, B starting 2 bytes
+        # past 16 (its first and last chunks partly outside it), A with a stride of its own.
+        gv = {"block_n": 56, "warps": 8, "stages": 8, "split_k": 1, "mma": "gemv"}
+        for dtype in ("float16", "bfloat16"):
+            for m_, n_, k_, extra_params in ((1, 1025, 2752, {"split_k": 8}), (1, 1024, 2752, {"split_k": 4}), (3, 5121, 1000, {"block_n": 120}),
+                                             (8, 333, 40, {"split_k": 8, "stages": 4}), (2, 4097, 777, {"block_n": 248, "stages": 4, "split_k": 3}),
+                                             (5, 100, 300, {"block_n": 8, "warps": 2, "stages": 2}), (1, 22017, 1000, {"block_n": 24, "split_k": 2})):
+                report(f"gemv {dtype} {extra_params} {m_}x{n_}x{k_}", run_case, url=url, workdir=work, dtype=dtype, M=m_, N=n_, K=k_,
+                       ta=False, tb=False, arch="sm_90a", params=dict(gv, **extra_params))
+            report(f"gemv {dtype} split_k 4 bias+gelu 1x1025x2752", run_case, url=url, workdir=work, dtype=dtype, M=1, N=1025, K=2752,
+                   ta=False, tb=False, ops=chain_sw[:2], arch="sm_90a", params=dict(gv, split_k=4),
+                   extra=[("bias", torch.randn(1025, device="cuda", dtype=torch.float32))])
+            report(f"gemv {dtype} misaligned B, strided A", run_case_gemv_views, url=url, workdir=work, dtype=dtype, params=dict(gv, split_k=3))
         # Clusters on a ragged M's rows of tiles, B read once and multicast to all, and 2-D
         # clusters (cluster_m x cluster_n neighbouring tiles), A multicast along a cluster's
         # rows as B is along its columns: every layout (a K-major B's share is block_n /
@@ -914,7 +941,7 @@ def main():
                url=url, workdir=work)
         report("wgmma vendor time fuses cuBLASLt's bias+gelu", vendor_fuses_epilogue, url=url, workdir=work)
         if args.only_wgmma:
-            cases[:] = [c for c in cases if c[0].startswith("wgmma")]
+            cases[:] = [c for c in cases if c[0].startswith(("wgmma", "gemv"))]
         if args.match:
             cases[:] = [c for c in cases if any(m in c[0] for m in args.match.split(","))]
 

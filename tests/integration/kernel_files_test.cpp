@@ -65,6 +65,7 @@ const KernelFileCompile kCompiles[] = {
     {"gemm/mma_sync.cuh", core::Backend::kCuda, {"sm_80", "sm_90a"}, join(join(kNvcc, gencode("80")), gencode("90a"))},
     {"gemm/simt.cuh", core::Backend::kCuda, {"sm_80"}, join(kNvcc, gencode("80"))},
     {"gemm/wgmma.cuh", core::Backend::kCuda, {"sm_90a"}, join(kNvcc, gencode("90a"))},
+    {"gemm/gemv.cuh", core::Backend::kCuda, {"sm_90a"}, join(kNvcc, gencode("90a"))},
     {"gemm/reference.cuh", core::Backend::kCuda, {"sm_80"}, join(kNvcc, gencode("80"))},
     {"gemm/reference.cuh", core::Backend::kRocm, {"gfx90a"}, join(kHipcc, {"--offload-arch=gfx90a"})},
     {"gemm/rocm.hip", core::Backend::kRocm, {"gfx90a", "gfx1030"}, join(kHipcc, {"--offload-arch=gfx90a", "--offload-arch=gfx1030"})},

@@ -223,6 +223,14 @@ std::vector<Case> cases() {
     r.spec.epilogue[1].tanh_approx = true;
     add("cuda/sm_90a/f16/wgmma/tail-split", r);
   }
+  {  // gemv: decode with B's rows of odd length, K in 4 parts (a cluster), bias + tanh gelu; and its defaults at M = 3
+    TemplateRequest r = gemm(cuda, {"sm_90a"}, f16, f16, 0, 1, 1025, 2752, false, false, {{"split_k", 4}, {"mma", "gemv"}});
+    const int i = add_input(r, vec("bias", f16, 1025));
+    r.spec.epilogue = {op("add", i), op("gelu")};
+    r.spec.epilogue[1].tanh_approx = true;
+    add("cuda/sm_90a/f16/gemv/odd-n", r);
+    add("cuda/sm_90a/bf16/gemv/defaults", gemm(cuda, {"sm_90a"}, bf16, bf16, 0, 3, 1000, 300, false, false, {{"mma", "gemv"}}));
+  }
 
   // rocm: MFMA archs, an RDNA arch, a fat binary; the three dtypes and four layouts.
   epilogues("rocm/gfx90a/f16/nn", gemm(rocm, {"gfx90a"}, f16, f16, 0, 128, 192, 64), f16);
@@ -266,6 +274,9 @@ std::vector<Case> refused() {
   add("wgmma-cluster-size", gemm(cuda, {"sm_90a"}, f16, f16, 0, 256, 256, 128, false, false,
                                  {{"block_m", 128}, {"block_n", 128}, {"warps", 12}, {"stages", 4}, {"cluster_m", 3}, {"cluster_n", 4},
                                   {"tail_split", 1}, {"mma", "wgmma"}}));
+  // gemv: 16 rows of C, a block_n whose chunks do not tile the threads, a cluster along M, sm_80; and B with a stride along N.
+  add("gemv-limits", gemm(cuda, {"sm_80"}, f16, f16, 0, 16, 256, 128, false, false, {{"block_n", 64}, {"cluster_m", 2}, {"mma", "gemv"}}));
+  add("gemv-b-kmajor", gemm(cuda, {"sm_90a"}, f16, f16, 0, 1, 256, 128, false, true, {{"mma", "gemv"}}));
   add("mma_sync-sm_75", gemm(cuda, {"sm_75"}, f16, f16, 0, 256, 256, 128));
   add("mma_sync-smem", gemm(cuda, {"sm_86"}, f16, f16, 0, 256, 256, 128, false, false,
                             {{"block_m", 256}, {"block_n", 256}, {"block_k", 64}, {"stages", 5}, {"warps", 8}}));
@@ -306,45 +317,45 @@ const std::map<std::string, std::pair<std::string, std::string>> kPinned = {
     {"cpu/v4/f32/chain", {"30fe59afe848fa62b3a9f2f6154037cb6e34be07c45cceaf2df9f39fd861b65d", "5ec2992579a763d13b930e1c4a31392f97d05666e3fdb02be3e8bd7c625bb0f1"}},
     {"cpu/v4/f32/chain/reference", {"a64c0c8789a0132bfa134dd3fa1e0ab0e0a99b2ca8ea05d2f9fae044d98e7ef4", "fd306609bdfa3befd928683bd3be8ec7a172872a3ccf218c3776f28d8658f050"}},
     {"cpu/v3/f16/nt/reference", {"9fabe56566aaa0588a415e9d27aaef853744be47a5f26ec2b748b8834506251c", "839f53875fac7321816927912ecc4617b7cdb63247c788f3a54cea5be62524e7"}},
-    {"cuda/sm_80/f16/nn/none", {"78ac0e27c8d65b92c80d6e002a69b354438d5a985668d1ee24aa16d617993f68", "1ef2decfa55f89ad7a3949668f393c7c136561638fad738d82acd05ebb59647f"}},
-    {"cuda/sm_80/f16/nn/bias", {"b6a32097a6c90fb8cac0d5a05f755c5974b8b412d425572dab9aa54cdd292988", "22a948e71af9477b567ccd706e7ce317c3261a63f29ee4bdbdf85f1c1f467d7f"}},
-    {"cuda/sm_80/f16/nn/relu", {"d6f027bb667b61660fbb4746767feec1e86cc9f4df4599beb02c6997650a369d", "1ef2decfa55f89ad7a3949668f393c7c136561638fad738d82acd05ebb59647f"}},
-    {"cuda/sm_80/f16/nn/gelu", {"c559bf641c577aff9ec7f608b57cdab6e64231b56b24aab96c8944afa1342f31", "1ef2decfa55f89ad7a3949668f393c7c136561638fad738d82acd05ebb59647f"}},
-    {"cuda/sm_80/f16/nn/gelu_tanh", {"c1ae001f74b02eee827b6ecbfee6826d45b2da8a5bfdba8cabb2caa28619b8b7", "1ef2decfa55f89ad7a3949668f393c7c136561638fad738d82acd05ebb59647f"}},
-    {"cuda/sm_80/f16/nn/silu", {"659517d532622e7922aaf43d5cf6784767bbba1eab90147b411678680625a565", "1ef2decfa55f89ad7a3949668f393c7c136561638fad738d82acd05ebb59647f"}},
-    {"cuda/sm_80/bf16/nt/params", {"66382f167c6c5121bef63be73f460c65a9a733bd5c090368fd45ae2d39b2a49f", "e1b96a4af18442af9765dbe122b68f500f431ec7539346ff3c38b6cd81bfebb7"}},
-    {"cuda/sm_86/f16/tn", {"8039358faef9336b07d1e9f6e6f3359ec1dce9adc41ad243ffdd80ab9becd7c7", "77387d3768534445bacff29ccb94cfbf146e8bda4dfde42c5f72fe9a90932062"}},
-    {"cuda/sm_80/f16/nn/split-odd-n", {"9e319f313257da613d1c79daaadfb5f634eaa9855a30393a139589d7c5d23721", "668e41726473354976955d0773790fe45844ce3ea60aeb088169ef2a7e568260"}},
-    {"cuda/sm_80/f16/tt/batched-bias", {"2fe917a2c2ee196edd88e5923682b40cd37e44c17575ada1b7384e73426a73a7", "8f86200be21de882070d7f849249df50ce378031500131ba9fbfb14aa32270c9"}},
-    {"cuda/sm_80/f16/tt/batched-bias/reference", {"864210d47bc8e7685e8d6b02661be1f3236fbf5c85871ac38fdda665962de394", "69d64eab0b2964c90462994e1cfc01fdd7fdef15ffbfb79e15e9e12b2a13b9eb"}},
-    {"cuda/sm_80+sm_90/f16/nn", {"99688042cf4be71903cbd63142baff0fc58b5d1be20f89d6dfe981cb360052d6", "76a624a01c143a8cd07b9e67941f6ccb0525c9664e60e2ed6cb1eafd2006d2cc"}},
-    {"cuda/sm_80/f16/chain", {"27834cde2d5dea36bb86a1fc8fc7cd282221cd26ba04b4487ccde459cdf90fcd", "7a41b1074f30a5d19f8ad6450432da21d7d7b0d46052e3c6a752b8bde6576508"}},
-    {"cuda/sm_80/f16/chain/reference", {"3fdc847ab5556d887466fc2cee642ecec5b92ce1303ae76904525964d1c964e5", "700e7393f70cef42f61f69384a5aeeacb0386f83e7b50ecca91c5a2200e81c2a"}},
-    {"cuda/sm_80/f16/nn/reference", {"e8850bdfddd6dfe2ccabc2206c3fec790f33ae9ef80fd66a3ac022330deac2ac", "63b25428b058cbd24847243de038bbe2013a683a0de2227674fe35ba7bd7f0f7"}},
-    {"cuda/sm_80/f32/nn", {"cd4fcbe6da09d21f092a039371577c676181e8ba7006c3d7b5bdd00f3a1dc4ad", "6597700db7b8f3be709a423e0ca16d18a6d065318fd5c14e74abddb4c1945b69"}},
-    {"cuda/sm_90a/f32/tt/params", {"ef31a94d8eb952bcb42d9c60c90e45b496b94cae0a4e872a4d4928928ec912d8", "e4733cdecd21380f8cc6a8a5af0a920599aa736560f2bf66f06b242e5d88f057"}},
-    {"cuda/sm_80/f32/nn/reference", {"1ef4a152d1844c2c363b1e17f01e43ead14e614dfd95d716466857ff7ba4cf1e", "a6a53e8bb93c0f1c2b205edd0060a0ef57eb979485116b53c155bd8004ca1d8b"}},
-    {"cuda/sm_90a/f16/4096", {"0c6e11dc1c5fb24e4cdae129adf3dd5d8c55f068016201db5cc8ddafd451918f", "4b675a417bf36797cacc9166c12ec3f5e0a63521818dac706bbb8cc60800a06b"}},
-    {"cuda/sm_90a/bf16/small-splitk", {"0727e476648223545a88e64df30f4a052fad8de50b609e4f6a66db6f357a9df8", "3825ad16ec93a5a6b18d26844cf86ceaf4f3dd82c1798382a5e892937a4a05f9"}},
-    {"cuda/sm_90a/f16/medium", {"6336ad726f5ceb833384b5d048856dfba74265fd0a5a905850ebdce533072690", "9d196c56da1c12c82c780cf3268d687e904e2859b81f787b9cc5b669242ed113"}},
-    {"cuda/sm_90a/f16/gemv", {"5b3934a58a28216ff7fe75df9714c67cc8db2bbe94709f4e9fa3af47f81a5758", "99e0407ba83a65ece25fb6efdca0087375be7fa188b4877a7266ef81ea108ec3"}},
-    {"cuda/sm_90a/f16/wgmma/none", {"94c5385bdbf6974da9be1ad2f904aaf29c8e61e0e87bb56aecce46595a3592c4", "266bbb293e7499f243d224b5b19bb58ea4336e3080f522bfa617b727ad19f942"}},
-    {"cuda/sm_90a/f16/wgmma/bias", {"26e3a0be2170b8be9f72a756cbe66861af541fc2b452dd2d5b488086a94d4c2c", "bd12d9ba18c9d279a25e36bece0d520b18e4c63ca997913e1fd91ab060b779e3"}},
-    {"cuda/sm_90a/f16/wgmma/relu", {"d3f8f76706f79e2552775c63a3d2d13f3cc8315c969be0260c1ab53615231d1e", "266bbb293e7499f243d224b5b19bb58ea4336e3080f522bfa617b727ad19f942"}},
-    {"cuda/sm_90a/f16/wgmma/gelu", {"22ce64d54fe4be942b8808ba59b8a81fb705104187aa933ee76a97691f4bc577", "266bbb293e7499f243d224b5b19bb58ea4336e3080f522bfa617b727ad19f942"}},
-    {"cuda/sm_90a/f16/wgmma/gelu_tanh", {"d7d28dca2cf251d8c9fffb2aec674009401d5daf0999bf963320c6c5cd00e7af", "266bbb293e7499f243d224b5b19bb58ea4336e3080f522bfa617b727ad19f942"}},
-    {"cuda/sm_90a/f16/wgmma/silu", {"2e4370e5f4ade7ed4e014f347f620a8ef03a8d00d739340031ddee76663e5e87", "266bbb293e7499f243d224b5b19bb58ea4336e3080f522bfa617b727ad19f942"}},
-    {"cuda/sm_90a/bf16/wgmma/tt-f32out", {"bc9ed99255b70e205455d7339290b3b2fa1adcf8f2c2845d16bea957ab46ff18", "f1c2c6520d6f0c57a78315a20718def48f04d5c1a6edc34b22aad52e44e7b0a4"}},
-    {"cuda/sm_90a/f16/wgmma/tn-params", {"f94a0bf0d524cd286e8943e94380227ef90ef6cd64dd96b7ed36571d94a8c184", "06b68772a4bb6433ab9cf2e46548e532d4fd83bde26d0d2e742f734b794d07b9"}},
-    {"cuda/sm_90a/f16/wgmma/cluster", {"a2074384307a54c5234850a446ae3ce4d1f533c757b8a14d2f19d7b43ae6080b", "53ab38b62b3fe90b380893f67905361c4505b115ea9cebcad860c89c88c96b6e"}},
-    {"cuda/sm_90a/f16/wgmma/cluster-2d", {"ee57efcdeee1c9233abbee7d437b7345a74bb796625d8faebfefbf3c3e328bdd", "9a87afdee3fc19caa1c8d7ac420bd728d7a7077808cfb50ccd1acfa228b30805"}},
-    {"cuda/sm_90a/f16/wgmma/batched-shared", {"41f60388bb7857788db907dace40ccf22b2c0cfd86e9bd6131c23005cb2a3f77", "6d4e35fd7fab80220292cd4e6dd019c0aa5f714e1cf5480d9daa0a8cf48a1095"}},
-    {"cuda/sm_90a/f16/wgmma/batched-shared/reference", {"f010cd264a185e3e2a5bd2eec7723f1f911b0b621c078aa2819bd759696a29cb", "4e5167e80359feaf20ec0952480d37526d4c9cca74f409c5fb40256c19b17118"}},
-    {"cuda/sm_90a/f16/wgmma/padded-c", {"9bef05328004228a895cf2e64c24a7da4ee5b2cbbe3d3c418fdf45e86bed2165", "bb56078212c4f0d980c6907423f8b04ddf33ee686feacadd302512c89e1dbaaf"}},
-    {"cuda/sm_90a/f16/wgmma/odd-c", {"2bb6b6d23f80e0afa3fdb8f5d75b535a4f01476ef88fbfcdd8df8746d10911e0", "a39e47eab302dee0c0752f4f60c3b6c0d86efd2a6cc0eac9793fd9a732dc1b0f"}},
-    {"cuda/sm_90a/f16/mma_sync", {"cbbea5c4686cd6d60b1bedcde84af4b0754db2109151f8074d260b5ab4646138", "6ce4df3ab77a31e17729205cd221f2c79bd51d32f96a5b6cf2268c10e89aceea"}},
-    {"cuda/sm_90a/bf16/wgmma/swap-ab", {"908df2a7fc73d74e807e38346edf21be9eb8a3caff290676a58812aed1f9b127", "c29d58cc4af886372e2c40f65d4aa0b26d839a8e32258e93900249539dd0a298"}},
-    {"cuda/sm_90a/f16/wgmma/tail-split", {"f95f5e38e00b7808aa3263d624645b1aaff8f9008be5c0c8a463da139eb8d216", "864ddad21e55d120a3e3a65d6a87669ff81a4216b4ce1a432b936b74237a8430"}},
+    {"cuda/sm_80/f16/nn/none", {"78ac0e27c8d65b92c80d6e002a69b354438d5a985668d1ee24aa16d617993f68", "e17e0937515795329ee43b070e016f22457b0acd850333a306f579d182e9f80b"}},
+    {"cuda/sm_80/f16/nn/bias", {"b6a32097a6c90fb8cac0d5a05f755c5974b8b412d425572dab9aa54cdd292988", "ddb41f4d3130e40459b803e5353602e55efc48c39e68f5225dbc2158082c4eb8"}},
+    {"cuda/sm_80/f16/nn/relu", {"d6f027bb667b61660fbb4746767feec1e86cc9f4df4599beb02c6997650a369d", "e17e0937515795329ee43b070e016f22457b0acd850333a306f579d182e9f80b"}},
+    {"cuda/sm_80/f16/nn/gelu", {"c559bf641c577aff9ec7f608b57cdab6e64231b56b24aab96c8944afa1342f31", "e17e0937515795329ee43b070e016f22457b0acd850333a306f579d182e9f80b"}},
+    {"cuda/sm_80/f16/nn/gelu_tanh", {"c1ae001f74b02eee827b6ecbfee6826d45b2da8a5bfdba8cabb2caa28619b8b7", "e17e0937515795329ee43b070e016f22457b0acd850333a306f579d182e9f80b"}},
+    {"cuda/sm_80/f16/nn/silu", {"659517d532622e7922aaf43d5cf6784767bbba1eab90147b411678680625a565", "e17e0937515795329ee43b070e016f22457b0acd850333a306f579d182e9f80b"}},
+    {"cuda/sm_80/bf16/nt/params", {"66382f167c6c5121bef63be73f460c65a9a733bd5c090368fd45ae2d39b2a49f", "40078ce3689eb454514731b7a39f3854ee85fbaf2124535eeff2564fc63fab70"}},
+    {"cuda/sm_86/f16/tn", {"8039358faef9336b07d1e9f6e6f3359ec1dce9adc41ad243ffdd80ab9becd7c7", "edfa9037c1a72f4c8233369eeba2ac3b4d6b7896afcba0b9ba0b3c55c139ae13"}},
+    {"cuda/sm_80/f16/nn/split-odd-n", {"9e319f313257da613d1c79daaadfb5f634eaa9855a30393a139589d7c5d23721", "fdb45f368bd733b6202fb15ab80b4600b682a76e3a4f7759a55c3f6ca797e8c5"}},
+    {"cuda/sm_80/f16/tt/batched-bias", {"2fe917a2c2ee196edd88e5923682b40cd37e44c17575ada1b7384e73426a73a7", "55f29364268db0784a759e5955d812a7293ca7b2b282255d0caf3a9f139d7358"}},
+    {"cuda/sm_80/f16/tt/batched-bias/reference", {"864210d47bc8e7685e8d6b02661be1f3236fbf5c85871ac38fdda665962de394", "b86d2b6bd527fc9c3bc575352a9559a3c351fa7316afc05bf4aec89996c3f62f"}},
+    {"cuda/sm_80+sm_90/f16/nn", {"99688042cf4be71903cbd63142baff0fc58b5d1be20f89d6dfe981cb360052d6", "e4edcd44143216b6c2568cddd8a4a06f03a63148018a6ffd9a8790ecb2c01bc4"}},
+    {"cuda/sm_80/f16/chain", {"27834cde2d5dea36bb86a1fc8fc7cd282221cd26ba04b4487ccde459cdf90fcd", "00bd0a6ddd5ac73ab8880257701d760a4edfb5a3e9874d1e77e09836bc8ce211"}},
+    {"cuda/sm_80/f16/chain/reference", {"3fdc847ab5556d887466fc2cee642ecec5b92ce1303ae76904525964d1c964e5", "a4fef50a247c79654c6d0a21b4d6b25179576e7e23214774a96b5824e17b1650"}},
+    {"cuda/sm_80/f16/nn/reference", {"e8850bdfddd6dfe2ccabc2206c3fec790f33ae9ef80fd66a3ac022330deac2ac", "d3954732c58cac47eb0270d466e2d67a7036c7ab2471c3c3d7bf1bf2d186bee8"}},
+    {"cuda/sm_80/f32/nn", {"cd4fcbe6da09d21f092a039371577c676181e8ba7006c3d7b5bdd00f3a1dc4ad", "5690bff334de2ec2fb7781b07c17136e93734e31ebb7ccfc5bed84cbbb61651f"}},
+    {"cuda/sm_90a/f32/tt/params", {"ef31a94d8eb952bcb42d9c60c90e45b496b94cae0a4e872a4d4928928ec912d8", "debc83987f6d49c151a48e1957d8623195f3549f65a799d9f12d5b23703b7817"}},
+    {"cuda/sm_80/f32/nn/reference", {"1ef4a152d1844c2c363b1e17f01e43ead14e614dfd95d716466857ff7ba4cf1e", "657675f0a8f60f3f4bd85b425739c38500405957f22748859ea781fe54a1773a"}},
+    {"cuda/sm_90a/f16/4096", {"0c6e11dc1c5fb24e4cdae129adf3dd5d8c55f068016201db5cc8ddafd451918f", "a5e4e368604bee35e469529afa482f7562aa5e09a71c45de23c68b14688c9938"}},
+    {"cuda/sm_90a/bf16/small-splitk", {"0727e476648223545a88e64df30f4a052fad8de50b609e4f6a66db6f357a9df8", "12320c01cb5c24b577ae875143056baea57cd46bacdaadfcfcb0fdf84d7703de"}},
+    {"cuda/sm_90a/f16/medium", {"6336ad726f5ceb833384b5d048856dfba74265fd0a5a905850ebdce533072690", "7039dad688dd17c5aea69961cde623c05034f2b9d96256cc4174698d77af8cff"}},
+    {"cuda/sm_90a/f16/gemv", {"5b3934a58a28216ff7fe75df9714c67cc8db2bbe94709f4e9fa3af47f81a5758", "504fc7920f2121e4a1df9906c26098c149e5ca8a15951aa88cbd03af1aec43bb"}},
+    {"cuda/sm_90a/f16/wgmma/none", {"94c5385bdbf6974da9be1ad2f904aaf29c8e61e0e87bb56aecce46595a3592c4", "3ce080336446abe891d43842ed639ae8684bd64f6314eb8bb0c4f794c9d63b63"}},
+    {"cuda/sm_90a/f16/wgmma/bias", {"26e3a0be2170b8be9f72a756cbe66861af541fc2b452dd2d5b488086a94d4c2c", "280838d25793e6bc461a16731acf951d0dba8ab8cd2653ad055d372d42e6898e"}},
+    {"cuda/sm_90a/f16/wgmma/relu", {"d3f8f76706f79e2552775c63a3d2d13f3cc8315c969be0260c1ab53615231d1e", "3ce080336446abe891d43842ed639ae8684bd64f6314eb8bb0c4f794c9d63b63"}},
+    {"cuda/sm_90a/f16/wgmma/gelu", {"22ce64d54fe4be942b8808ba59b8a81fb705104187aa933ee76a97691f4bc577", "3ce080336446abe891d43842ed639ae8684bd64f6314eb8bb0c4f794c9d63b63"}},
+    {"cuda/sm_90a/f16/wgmma/gelu_tanh", {"d7d28dca2cf251d8c9fffb2aec674009401d5daf0999bf963320c6c5cd00e7af", "3ce080336446abe891d43842ed639ae8684bd64f6314eb8bb0c4f794c9d63b63"}},
+    {"cuda/sm_90a/f16/wgmma/silu", {"2e4370e5f4ade7ed4e014f347f620a8ef03a8d00d739340031ddee76663e5e87", "3ce080336446abe891d43842ed639ae8684bd64f6314eb8bb0c4f794c9d63b63"}},
+    {"cuda/sm_90a/bf16/wgmma/tt-f32out", {"bc9ed99255b70e205455d7339290b3b2fa1adcf8f2c2845d16bea957ab46ff18", "76e9ea63f26a0e8814f3b1a53015f29137a01c2e506e067444bb436008312cb8"}},
+    {"cuda/sm_90a/f16/wgmma/tn-params", {"f94a0bf0d524cd286e8943e94380227ef90ef6cd64dd96b7ed36571d94a8c184", "0092ff04620784ed932908ccd89fc33c46562b022f64876edb2e0dccf1b41afd"}},
+    {"cuda/sm_90a/f16/wgmma/cluster", {"a2074384307a54c5234850a446ae3ce4d1f533c757b8a14d2f19d7b43ae6080b", "fad34d16df6f7cc9b4d782c6ae227763c87bbb0454ae90bdbc3232f0c92eb7a8"}},
+    {"cuda/sm_90a/f16/wgmma/cluster-2d", {"ee57efcdeee1c9233abbee7d437b7345a74bb796625d8faebfefbf3c3e328bdd", "4b74fc80aace2edcebfbbf67170bbd7aaf19950fba9453ef7a5a93f033a153a0"}},
+    {"cuda/sm_90a/f16/wgmma/batched-shared", {"41f60388bb7857788db907dace40ccf22b2c0cfd86e9bd6131c23005cb2a3f77", "ceb5e5639fc3d4ddae7962e92dcff698c6f61a02f7222bbccf89036343a9e320"}},
+    {"cuda/sm_90a/f16/wgmma/batched-shared/reference", {"f010cd264a185e3e2a5bd2eec7723f1f911b0b621c078aa2819bd759696a29cb", "2835c5a5893b87e6a6d98972b99e6c2f74cdaea47c6b18ffe4e17df1098088ea"}},
+    {"cuda/sm_90a/f16/wgmma/padded-c", {"9bef05328004228a895cf2e64c24a7da4ee5b2cbbe3d3c418fdf45e86bed2165", "3b14eceea790ee798fa030b0f8bfc65deb9d1c2942d1a67fe59f9069e949c605"}},
+    {"cuda/sm_90a/f16/wgmma/odd-c", {"2bb6b6d23f80e0afa3fdb8f5d75b535a4f01476ef88fbfcdd8df8746d10911e0", "e13d5c938d712f64d34349215ecf7cbb3a624a89658d67e0359dff5da235be65"}},
+    {"cuda/sm_90a/f16/mma_sync", {"cbbea5c4686cd6d60b1bedcde84af4b0754db2109151f8074d260b5ab4646138", "88e17fb34d11229cadaaf6009e32eacf9a10a03c74b5e5fc5ab8aa3fc1f5514f"}},
+    {"cuda/sm_90a/bf16/wgmma/swap-ab", {"908df2a7fc73d74e807e38346edf21be9eb8a3caff290676a58812aed1f9b127", "a0e6117a8621b96c539bff5c1035a3808010d335790c21a512e66a7e76bc7624"}},
+    {"cuda/sm_90a/f16/wgmma/tail-split", {"f95f5e38e00b7808aa3263d624645b1aaff8f9008be5c0c8a463da139eb8d216", "996cb9556c674b2edd32d88f27a51d6359ecc20b03ade8bd6406b74c54f7552a"}},
     {"rocm/gfx90a/f16/nn/none", {"890d16f8a358bf6119f03e56e56f33344200001cb136447377e476ddd98ef545", "08a07e41b203492d90d379be47e81a5ca709551291f62e046b790934ff77acc9"}},
     {"rocm/gfx90a/f16/nn/bias", {"599db859d8e97b254410efb78079059bfd7a7f3bca3701f12446e3209b3ba1dc", "456e7260db1a67c1efcf8c5b14bcc1c590b62c45ecacc2b5088400094391d241"}},
     {"rocm/gfx90a/f16/nn/relu", {"727a2f91dcebb22217dc9ea713097b082c1225ca250772ba4003ce043cdb577e", "08a07e41b203492d90d379be47e81a5ca709551291f62e046b790934ff77acc9"}},
@@ -358,6 +369,8 @@ const std::map<std::string, std::pair<std::string, std::string>> kPinned = {
     {"rocm/gfx90a/f32/chain", {"8f51b0a5fcf56fed5c6fc77c429cc9169967f44164fe53a08e673a0bcd912e54", "3542ced7e8d3c98111b9fd643a024e996d5908418d596511087cfb93a9eadcea"}},
     {"rocm/gfx90a/f32/chain/reference", {"e2448d09dbe2760aace4c85a9b90d9379316d07c6a5d4747576e1fd21e9aee43", "582926d1e7ce8567b0570d6b85973bf1d163172042308f604775e5410826095b"}},
     {"rocm/gfx90a/f16/nn/reference", {"bd57cf75be7402d0e4d441c1f1048e1e1676aaf49a2f2f791538ad10da22c746", "14976645588fb5740e6a8fd149ea4e1634cb5b4ff1b65dff993fd00055a7765b"}},
+    {"cuda/sm_90a/f16/gemv/odd-n", {"2ca51e5933584f5096028f3aba7a68c705f477c7c0ac92c8ba4ec7193f486c13", "435d0c3b8ce94949e8fff5bfc10f79350522ff10027e58749c3be39e45bcc4d3"}},
+    {"cuda/sm_90a/bf16/gemv/defaults", {"79b5bb04c2153b758092859ea0ad67345f3f4b3714186a7205e30ed043d0248e", "aac55a235ca53a01d9997888faad5db73b57431db39c0e6310ec9bb730daa39e"}},
 };
 const std::map<std::string, std::string> kRefusals = {
     {"wgmma-on-sm_80", "82dce1b0a8f3b25dcfa39cc9863c91fe44c9dd11bd779e691f3738e08df4ca3a"},
@@ -379,6 +392,8 @@ const std::map<std::string, std::string> kRefusals = {
     {"cpu-unknown", "66eb53091273bce4d1e1248617d96ce70342970e2cfeaf39dbfd834f84269729"},
     {"rocm-lds-warps", "15a8a10703c39cd9b8d7694bb51b0ce4bbf311221173846a9ebef60165635f9a"},
     {"shapes", "67a25ec70f581cbb0131532189514124cffd5f2dab80b5841a77810e12ae8285"},
+    {"gemv-limits", "f79f06b69a4693038182c2c16572cdd7b3963e62de2d30c5b6621ef29ef1266a"},
+    {"gemv-b-kmajor", "d033fcd38f315eb76dc6f5e418f16a284e12bcf5bf8992da98404cc27979f8f6"},
 };
 
 void print_row(const std::string& name, const std::string& a, const std::string& b) {
