@@ -190,11 +190,14 @@ void check_gemv(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
     if (q.value(k, 1) != 1) p.add(std::string("/params/") + k, std::string(k) + " is the wgmma kernel's; gemv's clusters are its K parts (split_k)");
   for (const char* k : {"tail_split", "swap_ab", "pingpong"})
     if (q.value(k, 0) != 0) p.add(std::string("/params/") + k, std::string(k) + " is the wgmma kernel's; gemv takes 0");
-  const int bn = q["block_n"], threads = q["warps"].get<int>() * 32, unroll = q["stages"], chunks = bn / 8 + 1;
-  if (threads % chunks != 0 || threads / chunks % 8 != 0) {
-    p.add("/params/block_n", "gemv's " + std::to_string(threads) + " threads read a row's block_n columns as block_n / 8 + 1 = " + std::to_string(chunks) +
-                                 " chunks, 8 rows at a time or a multiple: block_n / 8 + 1 must divide threads / 8 (block_n 8, 24, 56, 120 or 248 with 8 warps)");
+  const int bn = q["block_n"], warps = q["warps"], unroll = q["stages"], chunks = bn / 8 + 1;
+  if (32 % chunks != 0) {
+    p.add("/params/block_n", "gemv's warps read a row's block_n columns as block_n / 8 + 1 = " + std::to_string(chunks) +
+                                 " 16-byte chunks, whole rows a warp: block_n / 8 + 1 must divide 32 (block_n 8, 24, 56, 120 or 248)");
   }
+  if (warps % 8 != 0) p.add("/params/warps", "gemv's warp w reads the rows w % 8 + 8 j, which share where a row starts in its first chunk: 8 or 16 warps, not " + std::to_string(warps));
+  if (const int64_t smem = g.M * (warps * (bn + 8) + bn) * 4; smem > 48 * 1024)
+    p.add("/params/block_n", "gemv's sums take M x (warps x (block_n + 8) + block_n) x 4 = " + std::to_string(smem) + " bytes of shared memory; the limit is 49152");
   if (const int64_t regs = g.M * (8 + unroll) + 4 * unroll; regs > 192)
     p.add("/params/stages", "gemv holds M x (8 + stages) + 4 x stages = " + std::to_string(regs) + " floats a thread; the limit is 192 (registers)");
 }
@@ -300,7 +303,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
 const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
 // gemv.cuh's, for `"mma": "gemv"` alone: 56 columns a block of 8 warps (7 chunks of a row, 32 rows at once), 8 rows in flight a thread.
-const json kGemvDefaults = {{"block_m", 32}, {"block_n", 56}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", 1}, {"mma", "gemv"}};
+const json kGemvDefaults = {{"block_m", 32}, {"block_n", 56}, {"block_k", 64}, {"warps", 8}, {"stages", 4}, {"split_k", 1}, {"mma", "gemv"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
 struct Layouts {
@@ -393,7 +396,7 @@ std::vector<ParamSpec> CudaGemm::params(const TemplateRequest&) const {
            "tensor-core path for 16-bit types: mma_sync (sm_80 on, cp.async + ldmatrix) or wgmma (sm_90a only: TMA loads, "
            "warp-specialized producer/consumer warpgroups); when params is omitted on sm_90a, the wgmma default is used. gemv "
            "(sm_90a, M <= 8, B with unit N stride): no tensor cores, B's rows streamed in 16-byte chunks whatever their "
-           "alignment, block_n columns a block of warps x 32 threads (block_n / 8 + 1 must divide threads / 8), stages rows in "
+           "alignment, block_n columns a block of 8 or 16 warps (block_n / 8 + 1 must divide 32), stages rows in "
            "flight a thread, K in split_k parts as the blocks of a cluster; block_m and block_k unused"}};
 }
 
@@ -800,14 +803,18 @@ std::vector<json> CudaGemm::default_choices(const TemplateRequest& req) const {
       // sum: 17.4 us by CUDA events on the H200, bf16; the mma_sync kernel and the sum 17.7)
       // against cuBLAS's one gemv (11.3 us). 24, 56 and 120 columns a block of 8 warps, K in as
       // many parts (at most 8) as bring the blocks to about four an SM; narrow blocks won the
-      // few columns, wide ones the many (H200, bench/gemm_ab.py, median ms: 1x1025x2752 bf16,
-      // 8 parts: 0.0118, 0.0128 and 0.0162, torch.mm 0.0097; 1x5121x20480 fp16: 0.1126 in 8
-      // parts, 0.1175 in 6, 0.0781 in 8, torch.mm 0.1076, mma_sync's best 0.1360).
+      // few columns, wide ones the many. 4 rows in flight a thread: more held too many registers
+      // at M = 3 to 8 (H200, torch.profiler, us: 3x5121x17920 fp16 in 120 columns 63 with 4,
+      // 74 with 2, 85 with 8; M = 5 and 8 and 1x5121x20480 also fastest with 4); a part of 8 passes
+      // or fewer all at once (1x1025x2752 bf16 in 24 columns, 6 passes: 5.7 with 6, 6.2 with 4).
       if (g.M <= kGemvMaxM && g.batch == 1 && g.sBn == 1) {
         for (int bn : {24, 56, 120}) {
           const int64_t blocks = (g.N + bn - 1) / bn;
           const int parts = int(std::clamp<int64_t>((4 * kSms + blocks - 1) / blocks, 1, 8));
-          out.push_back({{"block_m", 32}, {"block_n", bn}, {"block_k", 64}, {"warps", 8}, {"stages", 8}, {"split_k", parts}, {"mma", "gemv"}});
+          // A part of 8 passes of the block's rows or fewer is loaded in one step, else 4 rows a thread at a time.
+          const int64_t rows = 256 / (bn / 8 + 1), passes = ((g.K + parts - 1) / parts + rows - 1) / rows;
+          out.push_back({{"block_m", 32}, {"block_n", bn}, {"block_k", 64}, {"warps", 8}, {"stages", passes <= 8 ? passes : 4}, {"split_k", parts},
+                         {"mma", "gemv"}});
         }
       }
     }

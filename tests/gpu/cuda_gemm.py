@@ -793,7 +793,8 @@ def main():
         for dtype in ("float16", "bfloat16"):
             for m_, n_, k_, extra_params in ((1, 1025, 2752, {"split_k": 8}), (1, 1024, 2752, {"split_k": 4}), (3, 5121, 1000, {"block_n": 120}),
                                              (8, 333, 40, {"split_k": 8, "stages": 4}), (2, 4097, 777, {"block_n": 248, "stages": 4, "split_k": 3}),
-                                             (5, 100, 300, {"block_n": 8, "warps": 2, "stages": 2}), (1, 22017, 1000, {"block_n": 24, "split_k": 2})):
+                                             (5, 100, 300, {"block_n": 8, "warps": 16, "stages": 2}), (1, 22017, 1000, {"block_n": 24, "split_k": 2}),
+                                             (1, 1025, 2752, {"block_n": 24, "split_k": 7, "stages": 3})):
                 report(f"gemv {dtype} {extra_params} {m_}x{n_}x{k_}", run_case, url=url, workdir=work, dtype=dtype, M=m_, N=n_, K=k_,
                        ta=False, tb=False, arch="sm_90a", params=dict(gv, **extra_params))
             report(f"gemv {dtype} split_k 4 bias+gelu 1x1025x2752", run_case, url=url, workdir=work, dtype=dtype, M=1, N=1025, K=2752,

@@ -41,13 +41,14 @@ TemplateRequest hopper_request(int64_t batch, int64_t M, int64_t N, int64_t K) {
 }
 
 // "bm x bn / split", "c2" for a cluster of two (along M; "n2": along N), "T" for swap_ab (C^T = B^T A^T: bn tiles M) and "p" for pingpong, for
-// each choice; an mma_sync one (only where an operand is copied) as "ms bm x bn x bk / split", a gemv one as "gv bn / split".
+// each choice; an mma_sync one (only where an operand is copied) as "ms bm x bn x bk / split", a gemv one as "gv bn / split s<stages>".
 std::multiset<std::string> hopper_choices(int64_t batch, int64_t M, int64_t N, int64_t K) {
   const TemplateRequest r = hopper_request(batch, M, N, K);
   std::multiset<std::string> out;
   for (const auto& c : Registry::builtin().find("gemm")->default_choices(r)) {
     if (c.value("mma", "") == "gemv") {
-      out.insert("gv " + std::to_string(c["block_n"].get<int>()) + "/" + std::to_string(c["split_k"].get<int>()));
+      out.insert("gv " + std::to_string(c["block_n"].get<int>()) + "/" + std::to_string(c["split_k"].get<int>()) + " s" +
+                 std::to_string(c["stages"].get<int>()));
       continue;
     }
     if (c.value("mma", "") == "mma_sync") {
@@ -180,10 +181,11 @@ TEST(GemmChoices, OperandsTmaCannotTakeArePackedIntoTheWorkspace) {
   for (const char* c : {"ms 32x64x64/6", "ms 32x64x32/6", "ms 32x128x64/8"}) EXPECT_EQ(gemv.count(c), 1u) << c << ::testing::PrintToString(gemv);
   // And gemv (M <= 8, B's rows contiguous): 24, 56 and 120 columns a block, K in as many parts
   // as bring the blocks to about four an SM (214 blocks of 24: 3 parts; 92 of 56: 6; 43 of 120:
-  // 8, the most); 1x1025x2752 in 43, 19 or 9 blocks, 8 parts each. None where M > 8.
-  for (const char* c : {"gv 24/3", "gv 56/6", "gv 120/8"}) EXPECT_EQ(gemv.count(c), 1u) << c << ::testing::PrintToString(gemv);
+  // 8, the most), 4 rows in flight a thread; 1x1025x2752 in 43, 19 or 9 blocks, 8 parts each, and
+  // a part of 24 columns is 6 passes of the block's 64 rows: all 6 loaded at once. None where M > 8.
+  for (const char* c : {"gv 24/3 s4", "gv 56/6 s4", "gv 120/8 s4"}) EXPECT_EQ(gemv.count(c), 1u) << c << ::testing::PrintToString(gemv);
   const auto small = hopper_choices(1, 1, 1025, 2752);
-  for (const char* c : {"gv 24/8", "gv 56/8", "gv 120/8"}) EXPECT_EQ(small.count(c), 1u) << c << ::testing::PrintToString(small);
+  for (const char* c : {"gv 24/8 s6", "gv 56/8 s4", "gv 120/8 s4"}) EXPECT_EQ(small.count(c), 1u) << c << ::testing::PrintToString(small);
   for (const std::string& c : choices) EXPECT_FALSE(c.starts_with("gv")) << c;
   // 64 rows of 32768 columns: 512 blocks of 64x64 need no split (4 an SM); 256 of 64x128, 2.
   const auto wide = hopper_choices(1, 64, 32769, 4096);

@@ -5,12 +5,16 @@
 // them), a thread always the same chunk of its rows, which lie 8 rows or a multiple of that
 // apart, so that where a row starts within its first chunk (its phase) is the same for all of
 // them: the thread sums A[m][k] times its chunk's 8 elements, and only at the end finds which
-// column each of its 8 sums is (or none: a neighbour's columns, another row's elements). The
-// block adds its threads' sums in shared memory (atomically: the order, and an output's last bit,
-// may vary from run to run); with SPLIT > 1 the SPLIT blocks of a cluster
-// (sm_90) take SPLIT parts of K and rank r adds up every block's sums for its share of the
-// outputs through distributed shared memory, applies the epilogue and stores them. Rendered by
-// gemm_cuda.cpp after the prelude, the problem's constants, T, TC and kf_epilogue.
+// column each of its 8 sums is (or none: a neighbour's columns, another row's elements). A
+// thread issues a step's `stages` loads of B and A before it converts any (a conversion right
+// after its load waits for it: one memory round trip a row). A warp's rows share a phase, so its
+// lanes of one chunk add up by shuffles, and the block adds up its warps' sums of each column in
+// shared memory in a fixed order: no atomics (the shared-memory float adds, all rows on a few
+// columns, took 2.6 of 8.0 us at 1x1025x2752 on the H200), and the same result every run. With
+// SPLIT > 1 the SPLIT blocks of a cluster (sm_90) take SPLIT parts of K and rank r adds up
+// every block's sums for its share of the outputs through distributed shared memory, in rank
+// order, applies the epilogue and stores them. Rendered by gemm_cuda.cpp after the prelude,
+// the problem's constants, T, TC and kf_epilogue.
 //
 // A kernel file (docs/TEMPLATES.md, "Kernel files"): the renderer takes the text of each
 // `// @section NAME` ... `// @end NAME` block, keeps the first branch of its
@@ -44,8 +48,9 @@ namespace gv {
 constexpr int BN = $bn$, THREADS = $warps$ * 32, UNROLL = $stages$, SPLIT = $split_k$;
 constexpr int MR = $rows$;  // rows of C: M (a compile on its own: 2 of the 256)
 constexpr int CHUNKS = BN / 8 + 1;           // 16-byte chunks of a row that BN columns touch
-constexpr int ROWS = THREADS / CHUNKS;       // rows a block reads at once, a thread each of its chunk
-static_assert(BN % 8 == 0 && THREADS % CHUNKS == 0 && ROWS % 8 == 0, "a block reads whole chunks of 8-row groups");
+constexpr int WARPS = $warps$, ROWS = THREADS / CHUNKS;  // rows a block reads at once, a thread each of its chunk
+constexpr int WARP_ROWS = 32 / CHUNKS;       // rows a warp reads at once
+static_assert(BN % 8 == 0 && 32 % CHUNKS == 0 && WARPS % 8 == 0, "a warp reads whole rows, 8 warps or a multiple");
 static_assert(MR >= 1 && MR <= 8 && MR <= kM && kBatch == 1 && sBn == 1, "a few rows of C, one batch, B's rows contiguous");
 static_assert(SPLIT >= 1 && SPLIT <= 8, "a cluster of at most 8 blocks");
 // Each block's part of K: whole groups of ROWS rows.
@@ -58,39 +63,59 @@ union Chunk {
   T e[8];
 };
 
+// Rank r's copy, in distributed shared memory (sm_90), of an address in this block's shared memory.
+__device__ __forceinline__ uint32_t cluster_addr(const void* local, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(uint32_t(__cvta_generic_to_shared(local))), "r"(rank));
+  return remote;
+}
+
 __global__ void __launch_bounds__(THREADS) gemv(const T* __restrict__ A, const T* __restrict__ B, TC* __restrict__ C/*$EPPARAMS$*/) {
-  __shared__ float sums[MR][BN];
-  for (int i = threadIdx.x; i < MR * BN; i += THREADS) (&sums[0][0])[i] = 0.0f;
+  __shared__ float warp_sums[MR][WARPS][CHUNKS * 8];  // each warp's sums of its chunks' elements
+  __shared__ float sums[SPLIT > 1 ? MR * BN : 1];     // [m][col]: the block's, read by the cluster
   const int part = SPLIT > 1 ? int(blockIdx.x) : 0;
   const int64_t n0 = int64_t(blockIdx.y) * BN;
-  const int chunk = threadIdx.x % CHUNKS, lane_row = threadIdx.x / CHUNKS;
+  // A warp's rows lie 8 apart, so that they share a phase (below): warp w reads rows w % 8 + 8 j.
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32, chunk = lane % CHUNKS;
+  const int lane_row = warp % 8 + 8 * (lane / CHUNKS + WARP_ROWS * (warp / 8));
   // Element e of B (B + offB + e) lies in 16-byte chunk (e + skew) / 8 from `base`.
   const T* b = B + offB;
   const int64_t skew = int64_t(reinterpret_cast<uintptr_t>(b) % 16 / sizeof(T));
   const Chunk* base = reinterpret_cast<const Chunk*>(b - skew);
   const T* a = A + offA;
   const int64_t k_begin = part * KPART, k_end = k_begin + KPART < kK ? k_begin + KPART : kK;
-  // The phase of this thread's rows: where column n0 of them starts in its first chunk.
-  const int phase = int((skew + (k_begin + lane_row) * sBk + n0) % 8);
+  // The phase of rows r + 8 j: where column n0 of them starts in their first chunk.
+  const auto phase_of = [&](int r) { return int((skew + (k_begin + r) * sBk + n0) % 8); };
+  const int phase = phase_of(lane_row);
+  constexpr int64_t STEP = int64_t(ROWS) * sBk;  // elements from a thread's row to its next
   float acc[MR][8] = {};
   for (int64_t k0 = k_begin + lane_row; k0 < k_end; k0 += int64_t(ROWS) * UNROLL) {
     Chunk c[UNROLL];
-    float x[UNROLL][MR];
+    T x[UNROLL][MR];
+    const int64_t first0 = skew + k0 * sBk + n0 - phase + 8 * chunk;  // the first chunk's first element, from base
+    // Every load is issued before any is used (a conversion right after a load waits for it).
+    if (sBk >= 0 && k0 + int64_t(ROWS) * (UNROLL - 1) < k_end && first0 >= skew && first0 + STEP * (UNROLL - 1) + 8 <= skew + SPAN) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int64_t k = k0 + int64_t(u) * ROWS;
-      c[u].v = make_uint4(0, 0, 0, 0);
-      for (int m = 0; m < MR; ++m) x[u][m] = 0.0f;
-      if (k >= k_end) continue;
-      const int64_t first = skew + k * sBk + n0 - phase + 8 * chunk;  // the chunk's first element, from base
-      if (first >= skew && first + 8 <= skew + SPAN) {
-        c[u].v = __ldg(&base[first / 8].v);
-      } else {  // B's first or last chunk, partly outside it: its elements one by one
-        for (int e = 0; e < 8; ++e)
-          if (first + e >= skew && first + e < skew + SPAN) c[u].e[e] = b[first + e - skew];
+      for (int u = 0; u < UNROLL; ++u) c[u].v = __ldg(&base[uint64_t(first0 + STEP * u) / 8].v);
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+        for (int m = 0; m < MR; ++m) x[u][m] = a[m * sAm + (k0 + int64_t(u) * ROWS) * sAk];
+    } else {  // K's end, or B's first or last chunk, partly outside it (that chunk element by element)
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int64_t k = k0 + int64_t(u) * ROWS, first = first0 + STEP * u;
+        c[u].v = make_uint4(0, 0, 0, 0);
+        for (int m = 0; m < MR; ++m) x[u][m] = T(0.0f);
+        if (k >= k_end) continue;
+        if (first >= skew && first + 8 <= skew + SPAN) {
+          c[u].v = __ldg(&base[uint64_t(first) / 8].v);
+        } else {
+          for (int e = 0; e < 8; ++e)
+            if (first + e >= skew && first + e < skew + SPAN) c[u].e[e] = b[first + e - skew];
+        }
+        for (int m = 0; m < MR; ++m) x[u][m] = a[m * sAm + k * sAk];
       }
-#pragma unroll
-      for (int m = 0; m < MR; ++m) x[u][m] = kf_to_float(a[m * sAm + k * sAk]);
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u)
@@ -98,44 +123,52 @@ __global__ void __launch_bounds__(THREADS) gemv(const T* __restrict__ A, const T
       for (int e = 0; e < 8; ++e) {
         const float v = kf_to_float(c[u].e[e]);
 #pragma unroll
-        for (int m = 0; m < MR; ++m) acc[m][e] = fmaf(x[u][m], v, acc[m][e]);
+        for (int m = 0; m < MR; ++m) acc[m][e] = fmaf(kf_to_float(x[u][m]), v, acc[m][e]);
       }
   }
-  __syncthreads();  // sums zeroed
+  // A warp's lanes of one chunk hold sums of the same columns: add them up (shuffles), then add
+  // up the warps' sums of each column, in a fixed order (no atomics: the same sums every run).
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const int col = 8 * chunk + e - phase;  // of the block's BN; outside them a neighbour's
-    if (col < 0 || col >= BN) continue;
+  for (int m = 0; m < MR; ++m)
 #pragma unroll
-    for (int m = 0; m < MR; ++m) atomicAdd(&sums[m][col], acc[m][e]);
-  }
-  if constexpr (SPLIT > 1) {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-  } else {
-    __syncthreads();
-  }
-  // Rank `part` adds up its share of the outputs from every block of the cluster.
-  for (int i = part * THREADS + int(threadIdx.x); i < MR * BN; i += SPLIT * THREADS) {
-    const int m = i / BN, col = i % BN;
-    const int64_t n = n0 + col;
-    if (n >= kN) continue;
+    for (int e = 0; e < 8; ++e)
+#pragma unroll
+      for (int off = CHUNKS; off < 32; off *= 2) acc[m][e] += __shfl_xor_sync(0xffffffffu, acc[m][e], off);
+  if (lane < CHUNKS)
+#pragma unroll
+    for (int m = 0; m < MR; ++m)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) warp_sums[m][warp][8 * chunk + e] = acc[m][e];
+  __syncthreads();
+  const auto block_sum = [&](int i) {  // output i (row i / BN, column i % BN) of the block's
     float v = 0.0f;
-    if constexpr (SPLIT > 1) {
-      const uint32_t local = uint32_t(__cvta_generic_to_shared(&sums[m][col]));
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) v += warp_sums[i / BN][w][i % BN + phase_of(w % 8)];
+    return v;
+  };
+  const auto store = [&](int i, float v) {
+    const int m = i / BN;
+    const int64_t n = n0 + i % BN;
+    if (n < kN) kf_store(C + offC + m * sCm + n * sCn, kf_epilogue(v, 0, m, n/*$EPARGS$*/));
+  };
+  if constexpr (SPLIT == 1) {
+    for (int i = int(threadIdx.x); i < MR * BN; i += THREADS) store(i, block_sum(i));
+  } else {
+    for (int i = int(threadIdx.x); i < MR * BN; i += THREADS) sums[i] = block_sum(i);
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    // Rank `part` adds up its share of the outputs from every block of the cluster, in rank order.
+    for (int i = part * THREADS + int(threadIdx.x); i < MR * BN; i += SPLIT * THREADS) {
+      float v = 0.0f;
       for (int r = 0; r < SPLIT; ++r) {
-        uint32_t remote;
         float s;
-        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(r));
-        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(s) : "r"(remote) : "memory");
+        asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(s) : "r"(cluster_addr(&sums[i], uint32_t(r))) : "memory");
         v += s;
       }
-    } else {
-      v = sums[m][col];
+      store(i, v);
     }
-    kf_store(C + offC + m * sCm + n * sCn, kf_epilogue(v, 0, m, n/*$EPARGS$*/));
+    // No block leaves while another may still read its sums.
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
   }
-  // No block leaves while another may still read its sums.
-  if constexpr (SPLIT > 1) asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 cudaError_t run(const T* A, const T* B, TC* C/*$EPPARAMS$*/, cudaStream_t stream) {
