@@ -199,7 +199,7 @@ void check_gemv(const TemplateRequest& r, const GemmProblem& g, Problems& p) {
   if (const int64_t smem = g.M * (warps * (bn + 8) + bn) * 4; smem > 48 * 1024)
     p.add("/params/block_n", "gemv's sums take M x (warps x (block_n + 8) + block_n) x 4 = " + std::to_string(smem) + " bytes of shared memory; the limit is 49152");
   if (const int64_t regs = g.M * (8 + unroll) + 4 * unroll; regs > 192)
-    p.add("/params/stages", "gemv holds M x (8 + stages) + 4 x stages = " + std::to_string(regs) + " floats a thread; the limit is 192 (registers)");
+    p.add("/params/stages", "gemv holds M x (8 + stages) + 4 x stages = " + std::to_string(regs) + " values a thread in registers; the limit is 192");
 }
 
 // The Hopper kernel: warps/4 - 1 consumer warpgroups issue wgmma.m64n<block_n>k16 on
@@ -302,7 +302,7 @@ bool wgmma_viable(const TemplateRequest& r) {
 
 // The Hopper kernel's tiling, for `"mma": "wgmma"` alone and for sm_90a requests without params.
 const json kWgmmaDefaults = {{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 12}, {"stages", 4}, {"split_k", 1}, {"tail_split", 0}, {"cluster_m", 1}, {"swap_ab", 0}, {"mma", "wgmma"}};
-// gemv.cuh's, for `"mma": "gemv"` alone: 56 columns a block of 8 warps (7 chunks of a row, 32 rows at once), 8 rows in flight a thread.
+// gemv.cuh's, for `"mma": "gemv"` alone: 56 columns a block of 8 warps (8 chunks of a row, 32 rows at once), 4 rows in flight a thread.
 const json kGemvDefaults = {{"block_m", 32}, {"block_n", 56}, {"block_k", 64}, {"warps", 8}, {"stages", 4}, {"split_k", 1}, {"mma", "gemv"}};
 
 // What a tile's contiguous dimension is, from the operand's strides.
